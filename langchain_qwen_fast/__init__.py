@@ -1,0 +1,28 @@
+"""Fast, dependable text classification and routing with Qwen3 on vLLM, for LangChain."""
+
+from langchain_qwen_fast.classifiers import Classification, QwenClassifier
+from langchain_qwen_fast.errors import (
+    ContextLengthError,
+    InvalidInputError,
+    LabelParseError,
+    QwenFastError,
+    ResponseFormatError,
+    ServerConnectionError,
+    ServerStatusError,
+    ServerTimeoutError,
+    TransportError,
+)
+
+__all__ = [
+    "Classification",
+    "ContextLengthError",
+    "InvalidInputError",
+    "LabelParseError",
+    "QwenClassifier",
+    "QwenFastError",
+    "ResponseFormatError",
+    "ServerConnectionError",
+    "ServerStatusError",
+    "ServerTimeoutError",
+    "TransportError",
+]

@@ -1,0 +1,241 @@
+"""Labels, prompt layout, label tokens and reply parsing. Pure: no I/O.
+
+The prompt is pre-rendered in Qwen3's chat format with thinking off (the empty
+``<think></think>`` block the Qwen3 template adds for ``enable_thinking=False``), so the
+server only tokenises it. Fixed instructions and the label list come first and the text
+last, so vLLM's prefix cache reuses the shared part across every request.
+
+Scoring: when every label (or, failing that, every letter alias) starts with a distinct
+token, one generated token decides the label, constrained to those tokens with
+``allowed_token_ids``, and the logprobs of exactly those tokens give a probability per
+label from the same single decode step. Otherwise the server's constrained choice picks a
+whole label and no probabilities are given.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_qwen_fast.errors import InvalidInputError, LabelParseError, ResponseFormatError
+
+Scoring = Literal["label_tokens", "letter_tokens", "constrained_choice"]
+
+DEFAULT_INSTRUCTIONS = "Classify the text. Answer with one label only."
+
+# Qwen3 chat format; the assistant turn opens with an empty think block (thinking off).
+_SYSTEM_OPEN = "<|im_start|>system\n"
+_USER_OPEN = "<|im_end|>\n<|im_start|>user\n"
+PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+# Text that spells a Qwen control token (<|im_start|>, </think>, <tool_call>, ...) would be
+# read as that token by the server and could forge a turn. A word joiner after "<" keeps the
+# characters visible but breaks the match.
+_CONTROL_TOKEN = re.compile(r"<(?=\|[a-z_]{1,30}\|>|/?(?:think|tool_call|tool_response)>)")
+_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """The labels, their optional descriptions and the instructions the prompt gives."""
+
+    labels: tuple[str, ...]
+    descriptions: Mapping[str, str]
+    instructions: str
+
+    @classmethod
+    def build(
+        cls,
+        labels: Sequence[str],
+        descriptions: Mapping[str, str] | None = None,
+        instructions: str | None = None,
+    ) -> LabelSet:
+        """Validate labels: at least two, distinct, non-empty, no surrounding whitespace."""
+        labels = tuple(labels)
+        if len(labels) < 2:
+            raise ValueError(f"need at least two labels, got {list(labels)!r}")
+        for label in labels:
+            if not isinstance(label, str) or not label.strip():
+                raise ValueError(f"every label must be a non-empty string, got {label!r}")
+            if label != label.strip():
+                raise ValueError(f"label {label!r} has leading or trailing whitespace")
+        duplicates = sorted({x for x in labels if labels.count(x) > 1})
+        if duplicates:
+            raise ValueError(f"labels must be distinct; repeated: {duplicates}")
+        descriptions = dict(descriptions or {})
+        unknown = sorted(set(descriptions) - set(labels))
+        if unknown:
+            raise ValueError(f"descriptions given for unknown labels: {unknown}")
+        return cls(labels, descriptions, (instructions or DEFAULT_INSTRUCTIONS).strip())
+
+    def letters(self) -> tuple[str, ...] | None:
+        """Letter aliases A, B, C, ... (None past 26 labels)."""
+        if len(self.labels) > len(string.ascii_uppercase):
+            return None
+        return tuple(string.ascii_uppercase[: len(self.labels)])
+
+    def render_prefix(self, scoring: Scoring) -> str:
+        """Everything before the text: system turn with instructions and labels, user turn open."""
+        if scoring == "letter_tokens":
+            aliases = self.letters() or ()
+            lines = [f"{self.instructions} Answer with the label's letter."]
+            lines += [f"{a}: {self._describe(label)}" for a, label in zip(aliases, self.labels)]
+        elif self.descriptions:
+            lines = [self.instructions, "Labels:"]
+            lines += [f"- {self._describe(label)}" for label in self.labels]
+        else:
+            lines = [self.instructions, "Labels: " + ", ".join(self.labels)]
+        return _SYSTEM_OPEN + "\n".join(lines) + _USER_OPEN
+
+    def _describe(self, label: str) -> str:
+        desc = self.descriptions.get(label)
+        return f"{label} ({desc})" if desc else label
+
+
+def neutralize_control_tokens(text: str) -> str:
+    """Keep user text from spelling Qwen control tokens (prompt-format injection)."""
+    if "<" not in text:
+        return text
+    return _CONTROL_TOKEN.sub("<\u2060", text)
+
+
+def strip_think(reply: str) -> str:
+    """Remove any ``<think>...</think>`` block (closed or not) and surrounding whitespace."""
+    if "<think>" in reply:
+        reply = _THINK_BLOCK.sub("", reply)
+    return reply.replace("</think>", "").strip()
+
+
+def validate_text(value: Any) -> str:
+    """Return ``value`` as text to classify, or raise :class:`InvalidInputError` naming why."""
+    if not isinstance(value, str):
+        kind = "None" if value is None else type(value).__name__
+        hint = " (decode bytes first)" if isinstance(value, (bytes, bytearray)) else ""
+        raise InvalidInputError(f"expected text (str), got {kind}{hint}")
+    if not value.strip():
+        raise InvalidInputError("text is empty or whitespace only")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"text is not valid Unicode: lone surrogate at position {exc.start}"
+        ) from None
+    return value
+
+
+@dataclass(frozen=True)
+class ClassifierPlan:
+    """Everything decided once per classifier and server: prompt, tokens, request shape."""
+
+    label_set: LabelSet
+    scoring: Scoring
+    prefix: str
+    #: label index -> the one token that answers it (token scorings only)
+    answer_token_ids: tuple[int, ...]
+    max_tokens: int
+    #: tokens of prefix + suffix, i.e. the prompt without the text
+    overhead_tokens: int
+    max_model_len: int
+    #: the server returns logprobs for chosen token ids (vLLM ``logprob_token_ids``)
+    has_logprob_token_ids: bool
+
+    @property
+    def text_token_budget(self) -> int:
+        """Most text tokens that fit beside the prompt and the answer."""
+        return self.max_model_len - self.overhead_tokens - self.max_tokens
+
+    def render(self, text: str) -> str:
+        return self.prefix + neutralize_control_tokens(text) + PROMPT_SUFFIX
+
+    def request_body(self, model: str, prompts: list[str]) -> dict[str, Any]:
+        """The ``/v1/completions`` body for a group of rendered prompts."""
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": prompts,
+            "max_tokens": self.max_tokens,
+            "temperature": 0.0,
+            "stream": False,
+        }
+        if self.scoring == "constrained_choice":
+            body["structured_outputs"] = {"choice": list(self.label_set.labels)}
+            return body
+        body["allowed_token_ids"] = list(self.answer_token_ids)
+        body["return_tokens_as_token_ids"] = True
+        if self.has_logprob_token_ids:
+            body["logprobs"] = 1
+            body["logprob_token_ids"] = list(self.answer_token_ids)
+        else:
+            body["logprobs"] = 20  # top-k; labels outside it get probability 0
+        return body
+
+
+def plan_scoring(
+    label_set: LabelSet,
+    label_tokens: Sequence[Sequence[int]],
+    letter_tokens: Sequence[Sequence[int]] | None,
+) -> tuple[Scoring, tuple[int, ...], int]:
+    """Choose how to score from each label's (and letter's) tokenisation.
+
+    Returns the scoring, the answer token per label (empty for constrained choice) and the
+    ``max_tokens`` a reply needs.
+    """
+    firsts = tuple(tokens[0] for tokens in label_tokens)
+    if len(set(firsts)) == len(firsts):
+        return "label_tokens", firsts, 1
+    if letter_tokens is not None and all(len(t) == 1 for t in letter_tokens):
+        letters = tuple(t[0] for t in letter_tokens)
+        if len(set(letters)) == len(letters):
+            return "letter_tokens", letters, 1
+    return "constrained_choice", (), max(len(t) for t in label_tokens)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A parsed reply: the label index, and label probabilities when the scoring gives them."""
+
+    index: int
+    scores: tuple[float, ...] | None
+
+
+def _token_id(token: str) -> int:
+    # Requests set return_tokens_as_token_ids, so tokens read "token_id:123".
+    return int(token.rpartition(":")[2])
+
+
+def parse_choice(choice: Mapping[str, Any], plan: ClassifierPlan) -> Prediction:
+    """Turn one completion choice into a :class:`Prediction`, or raise naming the problem."""
+    try:
+        text = choice["text"]
+        if plan.scoring == "constrained_choice":
+            reply = strip_think(text)
+            if reply in plan.label_set.labels:
+                return Prediction(plan.label_set.labels.index(reply), None)
+            raise LabelParseError(f"model replied {reply[:80]!r}, which is none of the labels", reply=text)
+        logprobs = choice["logprobs"]
+        chosen = _token_id(logprobs["tokens"][0])
+        step = {_token_id(k): v for k, v in (logprobs["top_logprobs"][0] or {}).items()}
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise ResponseFormatError(f"completion choice lacks expected fields: {exc!r}") from None
+    try:
+        index = plan.answer_token_ids.index(chosen)
+    except ValueError:
+        raise LabelParseError(
+            f"model replied token {chosen} ({text!r}), which answers no label "
+            "(the server did not honour allowed_token_ids?)",
+            reply=text,
+        ) from None
+    step.setdefault(chosen, logprobs["token_logprobs"][0])
+    return Prediction(index, label_probabilities(step, plan.answer_token_ids))
+
+
+def label_probabilities(logprobs: Mapping[int, float], token_ids: Sequence[int]) -> tuple[float, ...]:
+    """Softmax over the labels' token logprobs (labels with no logprob get 0)."""
+    values = [logprobs.get(t, -math.inf) for t in token_ids]
+    top = max(values)
+    weights = [math.exp(v - top) for v in values]
+    total = sum(weights)
+    return tuple(w / total for w in weights)

@@ -1,0 +1,287 @@
+"""Pooled HTTP to the vLLM server: one sync and one async client, retries, bounded fan-out.
+
+Knows nothing of LangChain or of prompts. Every failure leaves as a typed
+:class:`~langchain_qwen_fast.errors.TransportError` (or :class:`ResponseFormatError`);
+the API key only ever travels in the ``Authorization`` header, never in a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import orjson
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_random_exponential,
+)
+
+from langchain_qwen_fast.errors import (
+    ResponseFormatError,
+    ServerConnectionError,
+    ServerStatusError,
+    ServerTimeoutError,
+    TransportError,
+)
+
+T = TypeVar("T")
+
+#: A request: (HTTP method, path under the base URL, JSON body or None).
+Call = tuple[str, str, Any]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to retry.
+
+    Connection errors, timeouts, 429 and 5xx are retried with exponential backoff and full
+    jitter (or the server's ``Retry-After``), at most ``max_attempts`` tries in all, and never
+    starting a wait that would end past ``deadline`` seconds after the first try.
+    Other 4xx answers are the request's fault and are not retried.
+    """
+
+    max_attempts: int = 4
+    initial_backoff: float = 0.1
+    max_backoff: float = 4.0
+    deadline: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.deadline <= 0 or self.initial_backoff < 0 or self.max_backoff < 0:
+            raise ValueError("deadline must be positive and backoffs non-negative")
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, ServerStatusError):
+        return exc.retryable
+    return isinstance(exc, (ServerConnectionError, ServerTimeoutError))
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The server's own error text, kept short."""
+    try:
+        data = orjson.loads(response.content)
+        err = data.get("error", data) if isinstance(data, dict) else data
+        message = err.get("message", err) if isinstance(err, dict) else err
+    except (orjson.JSONDecodeError, AttributeError):
+        message = response.text
+    return str(message)[:500]
+
+
+def _decode(response: httpx.Response, path: str) -> Any:
+    if response.status_code >= 400:
+        raise ServerStatusError(
+            f"server answered HTTP {response.status_code} to {path}: {_error_message(response)}",
+            status_code=response.status_code,
+            retry_after=_retry_after(response.headers.get("retry-after")),
+        )
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise ResponseFormatError(
+            f"server sent malformed JSON to {path} ({len(response.content)} bytes): {exc}"
+        ) from None
+
+
+def _translate(exc: httpx.HTTPError, path: str) -> TransportError:
+    if isinstance(exc, httpx.TimeoutException):
+        return ServerTimeoutError(f"no answer to {path} within the timeout ({type(exc).__name__})")
+    return ServerConnectionError(f"talking to the server at {path} failed: {type(exc).__name__}: {exc}")
+
+
+class Transport:
+    """HTTP to one server: a pooled sync client, a pooled async client per event loop.
+
+    Args:
+        base_url: the OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1``.
+        api_key: bearer token, or None.
+        timeout: seconds for each request (connect, write, read each).
+        retry: the retry policy.
+        pool_size: most connections kept open per client.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        timeout: float,
+        retry: RetryPolicy,
+        pool_size: int = 64,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.root_url = self.base_url.removesuffix("/v1")
+        self._headers = {"content-type": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._timeout = httpx.Timeout(timeout)
+        self._limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
+        self.retry = retry
+        self._client: httpx.Client | None = None
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        kwargs: dict[str, Any] = dict(
+            stop=stop_after_attempt(retry.max_attempts) | stop_before_delay(retry.deadline),
+            wait=self._wait,
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        self._retrying = Retrying(**kwargs)
+        self._aretrying = AsyncRetrying(**kwargs)
+        self._jitter = wait_random_exponential(multiplier=retry.initial_backoff, max=retry.max_backoff)
+
+    def __repr__(self) -> str:
+        return f"Transport(base_url={self.base_url!r})"
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, ServerStatusError) and exc.retry_after is not None:
+            return exc.retry_after
+        return self._jitter(state)
+
+    def _url(self, path: str) -> str:
+        # Paths under /v1 are relative to base_url; server routes (/tokenize, /version)
+        # start with "/" and hang off the root.
+        return self.root_url + path if path.startswith("/") else f"{self.base_url}/{path}"
+
+    # -- sync ---------------------------------------------------------------------------
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(headers=self._headers, timeout=self._timeout, limits=self._limits)
+        return self._client
+
+    def _send(self, method: str, path: str, body: Any) -> Any:
+        content = None if body is None else orjson.dumps(body)
+        try:
+            response = self.client.request(method, self._url(path), content=content)
+        except httpx.HTTPError as exc:
+            raise _translate(exc, path) from None
+        return _decode(response, path)
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One request, retried per the policy; returns the decoded JSON."""
+        return self._retrying.copy()(self._send, method, path, body)
+
+    def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
+        """Run ``calls`` with at most ``max_concurrency`` in flight; results in order,
+        each the decoded JSON or the exception that call ended with."""
+        if len(calls) == 1:
+            return [_capture(self.request, *calls[0])]
+        workers = max(1, min(max_concurrency, len(calls)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="qwen-fast") as pool:
+            return list(pool.map(lambda call: _capture(self.request, *call), calls))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- async --------------------------------------------------------------------------
+    @property
+    def aclient(self) -> httpx.AsyncClient:
+        # An AsyncClient belongs to the loop that made it; asyncio.run() twice means two loops.
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(loop)
+        if client is None:
+            client = httpx.AsyncClient(headers=self._headers, timeout=self._timeout, limits=self._limits)
+            self._aclients[loop] = client
+        return client
+
+    async def _asend(self, method: str, path: str, body: Any) -> Any:
+        content = None if body is None else orjson.dumps(body)
+        try:
+            response = await self.aclient.request(method, self._url(path), content=content)
+        except httpx.HTTPError as exc:
+            raise _translate(exc, path) from None
+        return _decode(response, path)
+
+    async def arequest(self, method: str, path: str, body: Any = None) -> Any:
+        """Async :meth:`request`."""
+        return await self._aretrying.copy()(self._asend, method, path, body)
+
+    async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
+        """Async :meth:`request_all`."""
+        if len(calls) == 1:
+            return [await _acapture(self.arequest, *calls[0])]
+        gate = asyncio.Semaphore(max(1, max_concurrency))
+
+        async def one(call: Call) -> Any:
+            async with gate:
+                return await _acapture(self.arequest, *call)
+
+        return list(await asyncio.gather(*(one(call) for call in calls)))
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        client = self._aclients.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+
+def _capture(fn: Callable[..., T], *args: Any) -> T | Exception:
+    try:
+        return fn(*args)
+    except Exception as exc:  # handed back in the item's place
+        return exc
+
+
+async def _acapture(fn: Callable[..., Awaitable[T]], *args: Any) -> T | Exception:
+    try:
+        return await fn(*args)
+    except Exception as exc:
+        return exc
+
+
+#: A sans-I/O procedure: yields batches of calls, receives their results, returns a value.
+#: One copy of the logic serves the sync and the async path.
+Steps = Generator[list[Call], list[Any], T]
+
+
+def drive(transport: Transport, steps: Steps[T], max_concurrency: int) -> T:
+    """Run ``steps`` with blocking I/O."""
+    try:
+        calls = next(steps)
+        while True:
+            calls = steps.send(transport.request_all(calls, max_concurrency))
+    except StopIteration as done:
+        return done.value
+
+
+async def adrive(transport: Transport, steps: Steps[T], max_concurrency: int) -> T:
+    """Run ``steps`` with async I/O."""
+    try:
+        calls = next(steps)
+        while True:
+            calls = steps.send(await transport.arequest_all(calls, max_concurrency))
+    except StopIteration as done:
+        return done.value

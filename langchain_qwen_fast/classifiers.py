@@ -1,0 +1,384 @@
+"""``QwenClassifier``: a LangChain runnable that labels text with Qwen3 on a vLLM server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.utils import secret_from_env
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
+
+from langchain_qwen_fast._prompting import (
+    PROMPT_SUFFIX,
+    ClassifierPlan,
+    LabelSet,
+    Prediction,
+    Scoring,
+    parse_choice,
+    plan_scoring,
+    validate_text,
+)
+from langchain_qwen_fast._transport import Call, RetryPolicy, Steps, Transport, adrive, drive
+from langchain_qwen_fast.errors import (
+    ContextLengthError,
+    InvalidInputError,
+    QwenFastError,
+    ResponseFormatError,
+    ServerStatusError,
+)
+
+ClassifierInput = str | Mapping[str, Any] | PromptValue | Sequence[BaseMessage]
+
+# Tokenisation at a boundary between prompt parts can differ by a token from the parts
+# counted apart; keep this much room when checking that a text fits.
+_BOUNDARY_MARGIN = 2
+
+
+class Classification(BaseModel):
+    """The label for one input.
+
+    ``label`` is always one of the classifier's labels, except when the classifier has an
+    ``abstain_below`` threshold and the best label's probability fell under it: then
+    ``abstained`` is True and ``label`` is None.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str | None
+    """The chosen label (None only when abstained)."""
+    scores: dict[str, float] | None = None
+    """Probability of every label, summing to 1 (None under constrained choice)."""
+    abstained: bool = False
+    """True when the best probability was below the classifier's ``abstain_below``."""
+    scoring: Scoring
+    """How the label was read: ``label_tokens`` or ``letter_tokens`` (one decode step with
+    probabilities) or ``constrained_choice`` (labels share a first token; no probabilities)."""
+
+    @property
+    def confidence(self) -> float | None:
+        """Probability of the most likely label, when scores exist."""
+        return max(self.scores.values()) if self.scores else None
+
+
+def _text_of(value: Any) -> str:
+    """The text to classify from any accepted input shape."""
+    if isinstance(value, Mapping):
+        if "text" not in value:
+            raise InvalidInputError(f"dict input needs a 'text' key; got keys {sorted(map(str, value))}")
+        value = value["text"]
+    elif isinstance(value, PromptValue):
+        value = value.to_messages()
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
+        if not value or not all(isinstance(m, BaseMessage) for m in value):
+            raise InvalidInputError("expected text, a dict with 'text', a prompt value or messages")
+        value = "\n\n".join(m.text for m in value)
+    return validate_text(value)
+
+
+class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
+    """Classify text into a fixed label set with Qwen3 served by vLLM.
+
+    Each prompt is pre-rendered in Qwen3's chat format with thinking off and sent to
+    ``/v1/completions`` without streaming, at temperature 0, with the output limited to the
+    labels: one generated token when every label starts with a distinct token (or letter
+    aliases A, B, ... when they do not), else the server's constrained choice. ``batch`` and
+    ``abatch`` send many prompts per request, several requests in flight, in input order.
+
+    Example:
+        .. code-block:: python
+
+            classifier = QwenClassifier(
+                labels=["World", "Sports", "Business", "Sci/Tech"],
+                base_url="http://127.0.0.1:8000/v1",
+                model="qwen3",
+            )
+            classifier.invoke("Stocks rally as rates fall").label
+    """
+
+    labels: list[str]
+    """The labels to choose from (at least two, distinct)."""
+    label_descriptions: dict[str, str] | None = None
+    """Optional description per label, shown to the model next to the label."""
+    instructions: str | None = None
+    """Replaces the default instruction sentence at the top of the prompt."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """The vLLM server's OpenAI-compatible base URL."""
+    model: str = "qwen3"
+    """The served model name."""
+    api_key: SecretStr | None = Field(default_factory=secret_from_env("VLLM_API_KEY", default=None))
+    """Bearer token, if the server requires one (default: ``VLLM_API_KEY``)."""
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds allowed for each HTTP request."""
+    max_retries: int = Field(default=3, ge=0)
+    """Retries after the first try, for connection errors, timeouts, 429 and 5xx."""
+    retry_deadline: float = Field(default=60.0, gt=0)
+    """No retry wait starts that would end more than this many seconds after the first try."""
+    batch_size: int = Field(default=64, ge=1)
+    """Prompts per request in ``batch``/``abatch``."""
+    max_concurrency: int = Field(default=8, ge=1)
+    """Requests in flight in ``batch``/``abatch`` unless the run config sets ``max_concurrency``."""
+    abstain_below: float | None = Field(default=None, gt=0, lt=1)
+    """If set, a best-label probability below it gives an abstained result (label None)."""
+
+    _label_set: LabelSet = PrivateAttr()
+    _transport: Transport = PrivateAttr()
+    _plan: ClassifierPlan | None = PrivateAttr(default=None)
+    _plan_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _aplan_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = PrivateAttr(
+        default_factory=weakref.WeakKeyDictionary
+    )
+
+    @model_validator(mode="after")
+    def _build(self) -> QwenClassifier:
+        self._label_set = LabelSet.build(self.labels, self.label_descriptions, self.instructions)
+        self._transport = Transport(
+            self.base_url,
+            api_key=self.api_key.get_secret_value() if self.api_key else None,
+            timeout=self.timeout,
+            retry=RetryPolicy(max_attempts=self.max_retries + 1, deadline=self.retry_deadline),
+            pool_size=max(self.max_concurrency, 16),
+        )
+        return self
+
+    @classmethod
+    def is_lc_serializable(cls) -> bool:
+        return False
+
+    # -- set-up: decided once per classifier, from the server ---------------------------
+    def _plan_steps(self) -> Steps[ClassifierPlan]:
+        labels = self._label_set
+        models, _version = _raise_any((yield [("GET", "models", None), ("GET", "/version", None)]))
+        served = {m.get("id"): m for m in models.get("data", [])}
+        if self.model not in served:
+            raise QwenFastError(
+                f"model {self.model!r} is not served at {self.base_url}; it serves {sorted(served)}"
+            )
+        max_model_len = int(served[self.model].get("max_model_len") or 0)
+        letters = labels.letters() or ()
+        counted = _raise_any((yield [self._tokenize_call(s) for s in (*labels.labels, *letters)]))
+        tokens = [c["tokens"] for c in counted]
+        scoring, answer_ids, max_tokens = plan_scoring(
+            labels, tokens[: len(labels.labels)], tokens[len(labels.labels) :] or None
+        )
+        prefix = labels.render_prefix(scoring)
+        overhead = _raise_any((yield [self._tokenize_call(prefix + PROMPT_SUFFIX)]))[0]["count"]
+        plan = ClassifierPlan(
+            label_set=labels,
+            scoring=scoring,
+            prefix=prefix,
+            answer_token_ids=answer_ids,
+            max_tokens=max_tokens,
+            overhead_tokens=overhead + _BOUNDARY_MARGIN,
+            max_model_len=max_model_len or overhead + 4096,
+            has_logprob_token_ids=scoring != "constrained_choice",
+        )
+        if scoring != "constrained_choice":
+            # vLLM versions differ: ask for the labels' logprobs and see if they come back.
+            probe = plan.request_body(self.model, [plan.render("probe")])
+            reply = _raise_any((yield [("POST", "completions", probe)]))[0]
+            step = reply["choices"][0]["logprobs"]["top_logprobs"][0] or {}
+            got = {int(k.rpartition(":")[2]) for k in step}
+            if not set(answer_ids) <= got:
+                plan = _replace(plan, has_logprob_token_ids=False)
+        return plan
+
+    def _tokenize_call(self, text: str) -> Call:
+        return ("POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
+
+    def _get_plan(self) -> ClassifierPlan:
+        if self._plan is None:
+            with self._plan_lock:
+                if self._plan is None:
+                    self._plan = drive(self._transport, self._plan_steps(), self.max_concurrency)
+        return self._plan
+
+    async def _aget_plan(self) -> ClassifierPlan:
+        if self._plan is None:
+            loop = asyncio.get_running_loop()
+            lock = self._aplan_locks.setdefault(loop, asyncio.Lock())
+            async with lock:
+                if self._plan is None:
+                    self._plan = await adrive(self._transport, self._plan_steps(), self.max_concurrency)
+        return self._plan
+
+    # -- classification: one procedure for sync and async ------------------------------
+    def _classify_steps(self, inputs: Sequence[Any], plan: ClassifierPlan) -> Steps[list[Any]]:
+        """Classify ``inputs``; every slot ends as a Classification or an exception, in order."""
+        results: list[Any] = [None] * len(inputs)
+        texts: dict[int, str] = {}
+        for i, value in enumerate(inputs):
+            try:
+                texts[i] = _text_of(value)
+            except InvalidInputError as exc:
+                results[i] = exc
+
+        # UTF-8 bytes bound byte-level BPE tokens from above: only texts with more bytes than
+        # the budget need an exact count from the server.
+        budget = plan.text_token_budget
+        unsure = [i for i, t in texts.items() if len(t) * 4 > budget and len(t.encode()) > budget]
+        if unsure:
+            counts = yield [self._tokenize_call(texts[i]) for i in unsure]
+            for i, count in zip(unsure, counts):
+                if isinstance(count, Exception):
+                    results[i] = count
+                elif count["count"] > budget:
+                    results[i] = ContextLengthError(
+                        f"text has {count['count']} tokens; at most {budget} fit in the server's "
+                        f"context of {plan.max_model_len} beside the prompt",
+                        tokens=count["count"],
+                        limit=budget,
+                    )
+
+        pending = [i for i in texts if results[i] is None]
+        prompts = {i: plan.render(texts[i]) for i in pending}
+        groups = [pending[k : k + self.batch_size] for k in range(0, len(pending), self.batch_size)]
+        while groups:
+            calls = [
+                ("POST", "completions", plan.request_body(self.model, [prompts[i] for i in g]))
+                for g in groups
+            ]
+            replies = yield calls
+            retry_groups = []
+            for group, reply in zip(groups, replies):
+                if _is_request_error(reply) and len(group) > 1:
+                    # One bad prompt fails the whole request: split to find it.
+                    half = len(group) // 2
+                    retry_groups += [group[:half], group[half:]]
+                elif isinstance(reply, Exception):
+                    for i in group:
+                        results[i] = reply
+                else:
+                    self._assign(reply, group, plan, results)
+            groups = retry_groups
+        return results
+
+    def _assign(self, reply: Any, group: list[int], plan: ClassifierPlan, results: list[Any]) -> None:
+        try:
+            choices = {c["index"]: c for c in reply["choices"]}
+        except (KeyError, TypeError) as exc:
+            error = ResponseFormatError(f"completion reply lacks choices: {exc!r}")
+            for i in group:
+                results[i] = error
+            return
+        for position, i in enumerate(group):
+            choice = choices.get(position)
+            if choice is None:
+                results[i] = ResponseFormatError(f"reply has no choice for prompt {position} of its group")
+                continue
+            try:
+                results[i] = self._result(parse_choice(choice, plan), plan)
+            except QwenFastError as exc:
+                results[i] = exc
+
+    def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
+        labels = plan.label_set.labels
+        if prediction.scores is None:
+            return Classification(label=labels[prediction.index], scoring=plan.scoring)
+        scores = dict(zip(labels, prediction.scores))
+        if self.abstain_below is not None and max(prediction.scores) < self.abstain_below:
+            return Classification(label=None, scores=scores, abstained=True, scoring=plan.scoring)
+        return Classification(label=labels[prediction.index], scores=scores, scoring=plan.scoring)
+
+    def _concurrency(self, config: RunnableConfig | Sequence[RunnableConfig] | None) -> int:
+        first = config[0] if isinstance(config, Sequence) and config else config
+        value = first.get("max_concurrency") if isinstance(first, Mapping) else None
+        return int(value or self.max_concurrency)
+
+    def _classify(self, inputs: list[Any], config: Any = None) -> list[Any]:
+        try:
+            plan = self._get_plan()
+        except Exception as exc:
+            return [exc] * len(inputs)
+        return drive(self._transport, self._classify_steps(inputs, plan), self._concurrency(config))
+
+    async def _aclassify(self, inputs: list[Any], config: Any = None) -> list[Any]:
+        try:
+            plan = await self._aget_plan()
+        except Exception as exc:
+            return [exc] * len(inputs)
+        steps = self._classify_steps(inputs, plan)
+        return await adrive(self._transport, steps, self._concurrency(config))
+
+    # -- Runnable interface ----------------------------------------------------------
+    def invoke(
+        self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Classification:
+        return self._call_with_config(_raise_first(self._classify), input, config)
+
+    async def ainvoke(
+        self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Classification:
+        return await self._acall_with_config(_araise_first(self._aclassify), input, config)
+
+    def batch(
+        self,
+        inputs: list[ClassifierInput],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Classification]:
+        return self._batch_with_config(self._classify, inputs, config, return_exceptions=return_exceptions)
+
+    async def abatch(
+        self,
+        inputs: list[ClassifierInput],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Classification]:
+        return await self._abatch_with_config(
+            self._aclassify, inputs, config, return_exceptions=return_exceptions
+        )
+
+    def close(self) -> None:
+        """Close the pooled sync connections (they reopen on next use)."""
+        self._transport.close()
+
+    async def aclose(self) -> None:
+        """Close this event loop's pooled async connections."""
+        await self._transport.aclose()
+
+
+def _raise_any(results: list[Any]) -> list[Any]:
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results
+
+
+def _is_request_error(reply: Any) -> bool:
+    return isinstance(reply, ServerStatusError) and not reply.retryable and reply.status_code < 500
+
+
+def _replace(plan: ClassifierPlan, **changes: Any) -> ClassifierPlan:
+    import dataclasses
+
+    return dataclasses.replace(plan, **changes)
+
+
+def _raise_first(classify: Any) -> Any:
+    def one(input: Any, config: RunnableConfig) -> Classification:
+        result = classify([input], config)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    return one
+
+
+def _araise_first(aclassify: Any) -> Any:
+    async def one(input: Any, config: RunnableConfig) -> Classification:
+        result = (await aclassify([input], config))[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    return one

@@ -1,0 +1,63 @@
+"""Typed errors. Every error names the problem; none ever carries the API key."""
+
+from __future__ import annotations
+
+
+class QwenFastError(Exception):
+    """Base class of every error this package raises."""
+
+
+class InvalidInputError(QwenFastError, ValueError):
+    """An input cannot be classified (empty, not text, too long, ...); no request was sent."""
+
+
+class ContextLengthError(InvalidInputError):
+    """The text does not fit in the server's context window."""
+
+    def __init__(self, message: str, *, tokens: int, limit: int) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.limit = limit
+
+
+class TransportError(QwenFastError):
+    """The server could not be reached or answered with an error (after any retries)."""
+
+
+class ServerConnectionError(TransportError):
+    """Connecting to or talking with the server failed (refused, reset, closed early)."""
+
+
+class ServerTimeoutError(TransportError):
+    """The server did not answer within the request timeout."""
+
+
+class ServerStatusError(TransportError):
+    """The server answered with an HTTP error status.
+
+    Attributes:
+        status_code: the HTTP status.
+        retry_after: seconds the server asked us to wait (``Retry-After``), if any.
+    """
+
+    def __init__(self, message: str, *, status_code: int, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        """429 and 5xx may pass on retry; other 4xx are the request's fault and will not."""
+        return self.status_code == 429 or self.status_code >= 500
+
+
+class ResponseFormatError(QwenFastError):
+    """The server's reply was not the JSON we asked for (malformed, truncated, fields missing)."""
+
+
+class LabelParseError(QwenFastError):
+    """The model's reply maps to no label. We never guess a label."""
+
+    def __init__(self, message: str, *, reply: str) -> None:
+        super().__init__(message)
+        self.reply = reply

@@ -1,0 +1,8 @@
+"""Local vLLM server tooling: the launcher and the test-model builder.
+
+Stands apart from the client package: ``langchain_qwen_fast`` never imports it.
+"""
+
+from server.launcher import DEFAULT_MODEL, PROFILES, ServerStartError, VLLMServer, free_port
+
+__all__ = ["DEFAULT_MODEL", "PROFILES", "ServerStartError", "VLLMServer", "free_port"]

@@ -1,0 +1,243 @@
+"""Build a Qwen3-architecture model with random weights and the real Qwen vocabulary.
+
+No machine of ours reaches a model hub, so tests, CI and the offline demo serve a model made
+here. It has the real Qwen3 byte-level BPE (151,643 ranks shipped in the ``dashscope``
+package as ``qwen.tiktoken``), the 26 Qwen3 special tokens at their real ids, and a Qwen3-style
+chat template that honours ``enable_thinking``. Requests, token counts and (for a fixed output
+length) speed are those of the real model; the weights are random, so labels carry no meaning.
+
+    python -m server.test_model --size tiny --out .models/qwen3-tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+ModelSize = Literal["tiny", "0.6b"]
+
+#: Qwen2/Qwen3 pre-tokenizer split pattern (single digits, unlike tiktoken's cl100k).
+QWEN_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+#: Qwen3's special tokens, in id order from 151643.
+QWEN3_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+]
+FIRST_SPECIAL_ID = 151643
+VOCAB_SIZE = 151936  # embedding rows: ranks + specials + padding, as in the real checkpoint
+
+# Qwen3's chat format: ChatML turns, tools announced in the system turn, tool calls as
+# <tool_call>{json}</tool_call>, tool results as <tool_response> in a user turn, and an empty
+# <think></think> block after the generation prompt when enable_thinking is false.
+QWEN3_CHAT_TEMPLATE = r"""{%- if tools %}
+{{- '<|im_start|>system\n' }}
+{%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
+{{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+{%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %}
+{{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- elif messages[0].role == 'system' %}
+{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.content is string %}{%- set content = message.content %}{%- else %}{%- set content = '' %}{%- endif %}
+{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
+{{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>\n' }}
+{%- elif message.role == 'assistant' %}
+{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}
+{{- '<|im_start|>assistant\n' + content }}
+{%- for tool_call in message.tool_calls or [] %}
+{%- if tool_call.function %}{%- set tool_call = tool_call.function %}{%- endif %}
+{%- if loop.first and content or not loop.first %}{{- '\n' }}{%- endif %}
+{{- '<tool_call>\n{"name": "' + tool_call.name + '", "arguments": ' }}
+{%- if tool_call.arguments is string %}{{- tool_call.arguments }}{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}
+{{- '}\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\n' }}
+{%- elif message.role == 'tool' %}
+{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+{{- '\n<tool_response>\n' + content + '\n</tool_response>' }}
+{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|im_start|>assistant\n' }}
+{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}
+{%- endif %}
+"""
+
+_SHAPES: dict[str, dict[str, int]] = {
+    "tiny": dict(
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        intermediate_size=384,
+    ),
+    "0.6b": dict(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=3072,
+    ),
+}
+
+
+def qwen_tiktoken_path() -> Path:
+    """Path of the Qwen BPE ranks file shipped in the ``dashscope`` package."""
+    try:
+        path = resources.files("dashscope") / "resources" / "qwen.tiktoken"
+    except ModuleNotFoundError as exc:
+        raise RuntimeError(
+            "the test-model builder needs the Qwen vocabulary from the 'dashscope' package: "
+            "pip install dashscope (or the project's [test] extra)"
+        ) from exc
+    return Path(str(path))
+
+
+def build_tokenizer(max_len: int = 40960):
+    """The real Qwen3 tokenizer, rebuilt from ``qwen.tiktoken`` with the Qwen3 chat template."""
+    from tokenizers import normalizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    backend = TikTokenConverter(
+        vocab_file=str(qwen_tiktoken_path()),
+        pattern=QWEN_PATTERN,
+        extra_special_tokens=QWEN3_SPECIAL_TOKENS,
+    ).converted()
+    backend.normalizer = normalizers.NFC()
+    for offset, token in enumerate(QWEN3_SPECIAL_TOKENS):
+        got = backend.token_to_id(token)
+        if got != FIRST_SPECIAL_ID + offset:
+            raise RuntimeError(f"special token {token} got id {got}, want {FIRST_SPECIAL_ID + offset}")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=QWEN3_CHAT_TEMPLATE,
+        model_max_length=max_len,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_test_model(
+    out_dir: str | Path,
+    size: ModelSize = "tiny",
+    *,
+    num_labels: int | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> Path:
+    """Write a random-weight Qwen3 model with the real vocabulary to ``out_dir``.
+
+    Args:
+        out_dir: directory to write (``config.json``, safetensors, tokenizer files).
+        size: ``"tiny"`` (2 layers, hidden 128; for CI) or ``"0.6b"`` (the exact
+            Qwen3-0.6B shape; for GPU benchmarks).
+        num_labels: when given, write a ``Qwen3ForSequenceClassification`` checkpoint with
+            that many classes (served by vLLM's pooling runner) instead of a causal LM.
+        seed: torch seed for the random weights (same seed, same model).
+        overwrite: rebuild even if ``out_dir`` already holds a finished model.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassification
+
+    out = Path(out_dir)
+    marker = out / ".built.json"
+    recipe = {"size": size, "num_labels": num_labels, "seed": seed}
+    if marker.exists() and not overwrite and json.loads(marker.read_text()) == recipe:
+        return out
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    tokenizer = build_tokenizer()
+    config = Qwen3Config(
+        vocab_size=VOCAB_SIZE,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        bos_token_id=FIRST_SPECIAL_ID,
+        eos_token_id=FIRST_SPECIAL_ID + 2,
+        pad_token_id=FIRST_SPECIAL_ID,
+        torch_dtype="bfloat16",
+        **_SHAPES[size],
+    )
+    torch.manual_seed(seed)
+    if num_labels is None:
+        model = Qwen3ForCausalLM(config)
+    else:
+        config.num_labels = num_labels
+        config.id2label = {i: f"LABEL_{i}" for i in range(num_labels)}
+        config.label2id = {v: k for k, v in config.id2label.items()}
+        model = Qwen3ForSequenceClassification(config)
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    if num_labels is None:
+        GenerationConfig(
+            bos_token_id=FIRST_SPECIAL_ID,
+            eos_token_id=[FIRST_SPECIAL_ID + 2, FIRST_SPECIAL_ID],
+            pad_token_id=FIRST_SPECIAL_ID,
+        ).save_pretrained(out)
+    marker.write_text(json.dumps(recipe))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="model directory to write")
+    parser.add_argument("--size", choices=sorted(_SHAPES), default="tiny")
+    parser.add_argument("--num-labels", type=int, help="write a sequence-classification head")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    path = build_test_model(
+        args.out, args.size, num_labels=args.num_labels, seed=args.seed, overwrite=args.overwrite
+    )
+    print(f"built {args.size} test model in {path} ({time.perf_counter() - start:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
