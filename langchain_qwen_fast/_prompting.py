@@ -121,9 +121,7 @@ def validate_text(value: Any) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidInputError(
-            f"text is not valid Unicode: lone surrogate at position {exc.start}"
-        ) from None
+        raise InvalidInputError(f"text is not valid Unicode: lone surrogate at position {exc.start}") from None
     return value
 
 
@@ -190,7 +188,9 @@ def plan_scoring(
         letters = tuple(t[0] for t in letter_tokens)
         if len(set(letters)) == len(letters):
             return "letter_tokens", letters, 1
-    return "constrained_choice", (), max(len(t) for t in label_tokens)
+    # Under a grammar the model may spell a label in non-canonical tokens (down to one byte
+    # each), so the label's UTF-8 length, not its canonical token count, bounds the reply.
+    return "constrained_choice", (), max(len(label.encode()) for label in label_set.labels)
 
 
 @dataclass(frozen=True)

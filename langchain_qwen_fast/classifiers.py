@@ -156,9 +156,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         models, _version = _raise_any((yield [("GET", "models", None), ("GET", "/version", None)]))
         served = {m.get("id"): m for m in models.get("data", [])}
         if self.model not in served:
-            raise QwenFastError(
-                f"model {self.model!r} is not served at {self.base_url}; it serves {sorted(served)}"
-            )
+            raise QwenFastError(f"model {self.model!r} is not served at {self.base_url}; it serves {sorted(served)}")
         max_model_len = int(served[self.model].get("max_model_len") or 0)
         letters = labels.letters() or ()
         counted = _raise_any((yield [self._tokenize_call(s) for s in (*labels.labels, *letters)]))
@@ -239,10 +237,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         prompts = {i: plan.render(texts[i]) for i in pending}
         groups = [pending[k : k + self.batch_size] for k in range(0, len(pending), self.batch_size)]
         while groups:
-            calls = [
-                ("POST", "completions", plan.request_body(self.model, [prompts[i] for i in g]))
-                for g in groups
-            ]
+            calls = [("POST", "completions", plan.request_body(self.model, [prompts[i] for i in g])) for g in groups]
             replies = yield calls
             retry_groups = []
             for group, reply in zip(groups, replies):
@@ -306,9 +301,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return await adrive(self._transport, steps, self._concurrency(config))
 
     # -- Runnable interface ----------------------------------------------------------
-    def invoke(
-        self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Classification:
+    def invoke(self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any) -> Classification:
         return self._call_with_config(_raise_first(self._classify), input, config)
 
     async def ainvoke(
@@ -334,9 +327,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[Classification]:
-        return await self._abatch_with_config(
-            self._aclassify, inputs, config, return_exceptions=return_exceptions
-        )
+        return await self._abatch_with_config(self._aclassify, inputs, config, return_exceptions=return_exceptions)
 
     def close(self) -> None:
         """Close the pooled sync connections (they reopen on next use)."""

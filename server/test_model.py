@@ -233,9 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    path = build_test_model(
-        args.out, args.size, num_labels=args.num_labels, seed=args.seed, overwrite=args.overwrite
-    )
+    path = build_test_model(args.out, args.size, num_labels=args.num_labels, seed=args.seed, overwrite=args.overwrite)
     print(f"built {args.size} test model in {path} ({time.perf_counter() - start:.1f} s)")
 
 

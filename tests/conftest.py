@@ -1,0 +1,56 @@
+"""Fixtures: one real vLLM server (CPU, tiny random-weight Qwen3 model) per test session.
+
+The server is started through the project's launcher. Set ``QWEN_FAST_TEST_BASE_URL`` to
+test against a server that is already running (it must serve the tiny model as ``qwen3``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.launcher import VLLMServer
+from server.test_model import build_test_model
+from tests.proxy import FaultProxy
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_MODEL = ROOT / ".models" / "qwen3-tiny"
+NEWS_LABELS = ["World", "Sports", "Business", "Sci/Tech"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    return build_test_model(TINY_MODEL, "tiny")
+
+
+@pytest.fixture(scope="session")
+def server_url(tiny_model: Path) -> Iterator[str]:
+    """Base URL (``.../v1``) of the real vLLM server the tests use."""
+    given = os.environ.get("QWEN_FAST_TEST_BASE_URL")
+    if given:
+        yield given
+        return
+    log = ROOT / "out" / "test-server.log"
+    log.parent.mkdir(exist_ok=True)
+    with VLLMServer(tiny_model, profile="cpu", log_path=log) as server:
+        print(f"\nvLLM server ready in {server.startup_seconds:.1f} s at {server.base_url}")
+        yield server.base_url
+
+
+@pytest.fixture
+def proxy(server_url: str) -> Iterator[FaultProxy]:
+    """A recording, fault-injecting proxy in front of the real server."""
+    with FaultProxy(server_url.removesuffix("/v1")) as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def news_texts() -> list[str]:
+    """175 distinct short news-like texts."""
+    subjects = ["Stocks", "The striker", "Parliament", "A new chip", "Oil prices", "The coach", "Rebels"]
+    verbs = ["rally after", "fall before", "surprise analysts with", "shrug off", "react to"]
+    objects = ["the rate decision", "a late goal", "the ceasefire talks", "quarterly results", "a launch"]
+    return [f"{s} {v} {o}" for s in subjects for v in verbs for o in objects]

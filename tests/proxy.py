@@ -1,0 +1,191 @@
+"""A loopback HTTP proxy in front of the real vLLM server that records and injects faults.
+
+Every request is recorded (method, path, JSON body). Faults are queued per path and each is
+used once, in order: an HTTP error status (with headers such as ``Retry-After``), a
+connection reset, a stall past the client's timeout, malformed or truncated JSON, or a
+rewrite of the server's real reply. Requests with no fault queued go to the real server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class Fault:
+    """One injected fault. Build with the class methods."""
+
+    kind: str
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    seconds: float = 0.0
+    rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    @classmethod
+    def http(cls, status: int, headers: dict[str, str] | None = None, message: str = "injected") -> Fault:
+        body = json.dumps({"error": {"message": message, "code": status}}).encode()
+        return cls("http", status=status, headers=headers or {}, body=body)
+
+    @classmethod
+    def reset(cls) -> Fault:
+        return cls("reset")
+
+    @classmethod
+    def stall(cls, seconds: float) -> Fault:
+        return cls("stall", seconds=seconds)
+
+    @classmethod
+    def raw(cls, body: bytes, status: int = 200) -> Fault:
+        """Send ``body`` as the reply (e.g. malformed or truncated JSON)."""
+        return cls("raw", status=status, body=body)
+
+    @classmethod
+    def rewrite_reply(cls, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Fault:
+        """Forward to the server, then pass its JSON reply through ``fn``."""
+        return cls("rewrite", rewrite=fn)
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    body: Any
+    headers: dict[str, str]
+
+
+class FaultProxy:
+    """Start with ``with FaultProxy(upstream_root) as proxy:``; point clients at ``proxy.base_url``."""
+
+    def __init__(self, upstream_root: str) -> None:
+        self.upstream_root = upstream_root.rstrip("/")
+        self.requests: list[Recorded] = []
+        self.connections = 0
+        self.in_flight = 0
+        #: most requests handled at the same moment since the last reset
+        self.max_in_flight = 0
+        self._faults: dict[str, list[Fault]] = {}
+        self._lock = threading.Lock()
+        self._upstream = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=64))
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def inject(self, path_suffix: str, *faults: Fault) -> None:
+        """Queue faults for requests whose path ends with ``path_suffix`` (one each, in order)."""
+        with self._lock:
+            self._faults.setdefault(path_suffix, []).extend(faults)
+
+    def pending_faults(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._faults.values())
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.max_in_flight = self.in_flight
+
+    def calls(self, path_suffix: str) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith(path_suffix)]
+
+    def _take_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            for suffix, queue in self._faults.items():
+                if path.endswith(suffix) and queue:
+                    return queue.pop(0)
+        return None
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with proxy._lock:
+                    proxy.connections += 1
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._handle()
+
+            def do_POST(self) -> None:
+                self._handle()
+
+            def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _handle(self) -> None:
+                with proxy._lock:
+                    proxy.in_flight += 1
+                    proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                try:
+                    self._handle_counted()
+                finally:
+                    with proxy._lock:
+                        proxy.in_flight -= 1
+
+            def _handle_counted(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw) if raw else None
+                path = self.path
+                with proxy._lock:
+                    proxy.requests.append(Recorded(self.command, path, body, dict(self.headers)))
+                fault = proxy._take_fault(path)
+                if fault is not None and fault.kind == "reset":
+                    # SO_LINGER 0: close sends RST, the client sees a reset connection.
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    self.close_connection = True
+                    return
+                if fault is not None and fault.kind == "stall":
+                    time.sleep(fault.seconds)
+                if fault is not None and fault.kind in ("http", "raw"):
+                    self._reply(fault.status, fault.body, fault.headers)
+                    return
+                forward = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+                try:
+                    upstream = proxy._upstream.request(
+                        self.command, proxy.upstream_root + path, content=raw, headers=forward
+                    )
+                except httpx.HTTPError:
+                    self._reply(502, b'{"error": {"message": "upstream unreachable"}}')
+                    return
+                content = upstream.content
+                if fault is not None and fault.kind == "rewrite" and fault.rewrite is not None:
+                    content = json.dumps(fault.rewrite(upstream.json())).encode()
+                self._reply(upstream.status_code, content)
+
+        return Handler
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._upstream.close()
