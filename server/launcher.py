@@ -278,3 +278,20 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def hub_model_available(model_id: str, timeout: float = 5.0) -> bool:
+    """True if ``model_id`` is a local directory, in the local hub cache, or reachable on the hub."""
+    if Path(model_id).is_dir():
+        return True
+    try:
+        from huggingface_hub import HfApi, try_to_load_from_cache
+    except ImportError:
+        return False
+    if isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+        return True
+    try:
+        HfApi().model_info(model_id, timeout=timeout)
+    except Exception:
+        return False
+    return True

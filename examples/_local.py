@@ -1,0 +1,41 @@
+"""Shared by the examples: use the server given by --base-url, or start a local one."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from server import DEFAULT_MODEL, VLLMServer, hub_model_available
+from server.test_model import build_test_model
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_MODEL = ROOT / ".models" / "qwen3-tiny"
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base-url", help="a running vLLM server (…/v1); default: start one here")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model for the local server")
+    parser.add_argument("--served-model-name", default="qwen3")
+
+
+@contextlib.contextmanager
+def server_url(args: argparse.Namespace) -> Iterator[str]:
+    """Yield a base URL: the given server's, or a local server's started for this run."""
+    if args.base_url:
+        yield args.base_url
+        return
+    model = args.model
+    if not hub_model_available(model):
+        print(
+            f"The model hub cannot be reached and {model} is not cached here: using the locally "
+            "built Qwen3-shaped test model instead. It has random weights, so its labels carry "
+            "no meaning; the request path and speed are the real ones."
+        )
+        model = str(build_test_model(TINY_MODEL, "tiny"))
+    server = VLLMServer(model, served_model_name=args.served_model_name)
+    print(f"Starting vLLM ({server.profile.name} profile) for {model}; log: {server.log_path}")
+    with server:
+        print(f"Server ready in {server.startup_seconds:.0f} s at {server.base_url}")
+        yield server.base_url

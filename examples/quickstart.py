@@ -1,0 +1,48 @@
+"""Classify sample news headlines through a local vLLM server, printing label and latency.
+
+    python examples/quickstart.py                  # starts a local server itself
+    python examples/quickstart.py --base-url http://127.0.0.1:8000/v1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from _local import add_server_args, server_url
+
+from langchain_qwen_fast import QwenClassifier
+
+HEADLINES = [
+    "Stocks rally as the central bank signals rate cuts",
+    "Champions League: late goal sends holders through to the final",
+    "UN Security Council meets over border clashes",
+    "New chip doubles battery life of laptops, maker says",
+    "Oil giant reports record quarterly profit",
+    "Rover finds signs of ancient water on Mars",
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_server_args(parser)
+    args = parser.parse_args()
+    with server_url(args) as url:
+        classifier = QwenClassifier(
+            labels=["World", "Sports", "Business", "Sci/Tech"], base_url=url, model=args.served_model_name
+        )
+        classifier.invoke("warm-up")  # first call learns the label tokens from the server
+        print(f"\n{'label':<9} {'p':>5} {'ms':>6}  headline")
+        for headline in HEADLINES:
+            start = time.perf_counter()
+            result = classifier.invoke(headline)
+            ms = (time.perf_counter() - start) * 1000
+            print(f"{result.label:<9} {result.confidence:5.2f} {ms:6.1f}  {headline}")
+        start = time.perf_counter()
+        results = classifier.batch(HEADLINES * 50)
+        seconds = time.perf_counter() - start
+        print(f"\nbatch of {len(results)}: {len(results) / seconds:.0f} classifications/s")
+
+
+if __name__ == "__main__":
+    main()
