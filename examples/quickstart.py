@@ -1,7 +1,7 @@
 """Classify sample news headlines through a local vLLM server, printing label and latency.
 
-    python examples/quickstart.py                  # starts a local server itself
-    python examples/quickstart.py --base-url http://127.0.0.1:8000/v1
+python examples/quickstart.py                  # starts a local server itself
+python examples/quickstart.py --base-url http://127.0.0.1:8000/v1
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables.config import (
+    ensure_config,
+    get_async_callback_manager_for_config,
+    get_callback_manager_for_config,
+)
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
@@ -301,13 +306,40 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return await adrive(self._transport, steps, self._concurrency(config))
 
     # -- Runnable interface ----------------------------------------------------------
+    # invoke/ainvoke open the run themselves rather than through Runnable._call_with_config:
+    # that helper inspects the function's signature on every call (~0.1 ms), and nothing
+    # runs nested inside a classification that would need the child config it sets up.
     def invoke(self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any) -> Classification:
-        return self._call_with_config(_raise_first(self._classify), input, config)
+        config = ensure_config(config)
+        run = get_callback_manager_for_config(config).on_chain_start(
+            None, input, name=config.get("run_name") or self.get_name(), run_id=config.pop("run_id", None)
+        )
+        try:
+            result = self._classify([input], config)[0]
+            if isinstance(result, Exception):
+                raise result
+        except BaseException as exc:
+            run.on_chain_error(exc)
+            raise
+        run.on_chain_end(result)
+        return result
 
     async def ainvoke(
         self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Classification:
-        return await self._acall_with_config(_araise_first(self._aclassify), input, config)
+        config = ensure_config(config)
+        run = await get_async_callback_manager_for_config(config).on_chain_start(
+            None, input, name=config.get("run_name") or self.get_name(), run_id=config.pop("run_id", None)
+        )
+        try:
+            result = (await self._aclassify([input], config))[0]
+            if isinstance(result, Exception):
+                raise result
+        except BaseException as exc:
+            await run.on_chain_error(exc)
+            raise
+        await run.on_chain_end(result)
+        return result
 
     def batch(
         self,
@@ -353,23 +385,3 @@ def _replace(plan: ClassifierPlan, **changes: Any) -> ClassifierPlan:
     import dataclasses
 
     return dataclasses.replace(plan, **changes)
-
-
-def _raise_first(classify: Any) -> Any:
-    def one(input: Any, config: RunnableConfig) -> Classification:
-        result = classify([input], config)[0]
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    return one
-
-
-def _araise_first(aclassify: Any) -> Any:
-    async def one(input: Any, config: RunnableConfig) -> Classification:
-        result = (await aclassify([input], config))[0]
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    return one

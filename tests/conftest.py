@@ -36,7 +36,7 @@ def server_url(tiny_model: Path) -> Iterator[str]:
     log = ROOT / "out" / "test-server.log"
     log.parent.mkdir(exist_ok=True)
     with VLLMServer(tiny_model, profile="cpu", log_path=log) as server:
-        print(f"\nvLLM server ready in {server.startup_seconds:.1f} s at {server.base_url}")
+        VLLMServer.last_startup_seconds = server.startup_seconds  # for the terminal summary
         yield server.base_url
 
 
@@ -54,3 +54,9 @@ def news_texts() -> list[str]:
     verbs = ["rally after", "fall before", "surprise analysts with", "shrug off", "react to"]
     objects = ["the rate decision", "a late goal", "the ceasefire talks", "quarterly results", "a launch"]
     return [f"{s} {v} {o}" for s in subjects for v in verbs for o in objects]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    seconds = getattr(VLLMServer, "last_startup_seconds", None)
+    if seconds is not None:
+        terminalreporter.write_line(f"vLLM server start-up (launcher to /health 200): {seconds:.1f} s")

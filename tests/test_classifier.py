@@ -410,3 +410,27 @@ def test_api_key_is_secret_and_sent(proxy: FaultProxy) -> None:
     with pytest.raises(ServerStatusError) as info:
         classifier.invoke("x")
     assert key not in str(info.value) and key not in repr(info.value)
+
+
+async def test_invoke_and_ainvoke_report_runs_to_callbacks(classifier: QwenClassifier) -> None:
+    class Recorder(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.events: list[tuple[str, Any]] = []
+
+        def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+            self.events.append(("start", (kwargs.get("name"), kwargs.get("tags"))))
+
+        def on_chain_end(self, outputs: Any, **kwargs: Any) -> None:
+            self.events.append(("end", outputs))
+
+        def on_chain_error(self, error: BaseException, **kwargs: Any) -> None:
+            self.events.append(("error", error))
+
+    recorder = Recorder()
+    config = {"callbacks": [recorder], "tags": ["t1"], "run_name": "news-router"}
+    result = classifier.invoke("Rates rise", config=config)
+    assert recorder.events == [("start", ("news-router", ["t1"])), ("end", result)]
+    recorder.events.clear()
+    with pytest.raises(InvalidInputError):
+        await classifier.ainvoke("", config=config)
+    assert [kind for kind, _ in recorder.events] == ["start", "error"]
