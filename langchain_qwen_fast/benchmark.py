@@ -209,6 +209,26 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def sweep(base_url: str, model: str, items: int, sizes: list[int], concurrencies: list[int]) -> list[dict[str, Any]]:
+    """QwenClassifier.abatch throughput for each (prompts per request, requests in flight)."""
+    from langchain_qwen_fast import QwenClassifier
+
+    texts = news_items(items)
+    rows = []
+    for size in sizes:
+        for concurrency in concurrencies:
+            classifier = QwenClassifier(
+                labels=LABELS, base_url=base_url, model=model, batch_size=size, max_concurrency=concurrency
+            )
+            classifier.invoke("warm-up")
+            t0 = time.perf_counter()
+            asyncio.run(classifier.abatch(texts))
+            rps = items / (time.perf_counter() - t0)
+            rows.append({"batch_size": size, "max_concurrency": concurrency, "requests_per_s": round(rps, 1)})
+            print(f"batch_size {size:>4}  in flight {concurrency:>3}: {rps:8.1f}/s", flush=True)
+    return rows
+
+
 @contextlib.contextmanager
 def _server(args: argparse.Namespace) -> Iterator[str]:
     if args.base_url:
@@ -233,7 +253,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--concurrency", type=int, help="max_concurrency for abatch/batch (default: each's own)")
     parser.add_argument("--out", default="out/benchmark", help="folder for results.json and chart.png")
     parser.add_argument("--label", default="", help="free text naming the machine/model, kept in the JSON")
+    parser.add_argument("--sweep", action="store_true", help="only sweep batch_size × max_concurrency")
     args = parser.parse_args(argv)
+
+    if args.sweep:
+        with _server(args) as url:
+            rows = sweep(url, args.model, args.items, [16, 32, 64, 128, 256], [2, 4, 8, 16])
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "sweep.json").write_text(json.dumps(rows, indent=1))
+        return {"sweep": rows}
 
     with _server(args) as url:
         one_paths, objects = build_paths(url, args.model)

@@ -163,6 +163,7 @@ def build_test_model(
     num_labels: int | None = None,
     seed: int = 0,
     overwrite: bool = False,
+    tokenizer_from: str | Path | None = None,
 ) -> Path:
     """Write a random-weight Qwen3 model with the real vocabulary to ``out_dir``.
 
@@ -174,6 +175,8 @@ def build_test_model(
             that many classes (served by vLLM's pooling runner) instead of a causal LM.
         seed: torch seed for the random weights (same seed, same model).
         overwrite: rebuild even if ``out_dir`` already holds a finished model.
+        tokenizer_from: copy the tokenizer from this model directory instead of rebuilding
+            it (for machines without the ``dashscope`` vocabulary, e.g. the GPU host).
 
     Returns:
         The model directory.
@@ -190,7 +193,12 @@ def build_test_model(
         shutil.rmtree(out)
     out.mkdir(parents=True)
 
-    tokenizer = build_tokenizer()
+    if tokenizer_from is not None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+    else:
+        tokenizer = build_tokenizer()
     config = Qwen3Config(
         vocab_size=VOCAB_SIZE,
         max_position_embeddings=40960,
