@@ -38,6 +38,39 @@ def news_items(n: int) -> list[str]:
     return [f"{base[i % len(base)]}, report {i}" for i in range(n)]
 
 
+class GpuSampler:
+    """Samples GPU utilisation and memory with ``nvidia-smi`` every 200 ms in the background."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import threading
+
+        self.samples: list[tuple[float, float, float]] = []  # (time, util %, memory MiB)
+        query = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+        self._proc = subprocess.Popen([*query, "-lms", "200"], stdout=subprocess.PIPE, text=True)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            with contextlib.suppress(ValueError):
+                util, mem = (float(x) for x in line.split(",")[:2])
+                self.samples.append((time.perf_counter(), util, mem))
+
+    def window(self, start: float, end: float) -> dict[str, float | None]:
+        inside = [(u, m) for t, u, m in self.samples if start <= t <= end]
+        if not inside:
+            return {"gpu_util_mean_pct": None, "gpu_mem_max_mib": None}
+        return {
+            "gpu_util_mean_pct": round(sum(u for u, _ in inside) / len(inside), 1),
+            "gpu_mem_max_mib": max(m for _, m in inside),
+        }
+
+    def stop(self) -> None:
+        self._proc.terminate()
+
+
 @dataclass
 class PathResult:
     name: str
@@ -46,6 +79,8 @@ class PathResult:
     seconds: float
     cpu_seconds: float
     latencies_ms: list[float] = field(default_factory=list, repr=False)
+    window: tuple[float, float] = (0.0, 0.0)
+    gpu: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def rps(self) -> float:
@@ -68,6 +103,7 @@ class PathResult:
             "p99_ms": _round(self.percentile(99)),
             "client_cpu_ms_per_request": round(self.cpu_seconds / self.items * 1000, 3),
             "ratio_to_fastest": round(self.rps / fastest_rps, 3),
+            **self.gpu,
         }
 
 
@@ -135,6 +171,7 @@ def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) 
     names = list(paths)
     for fn in paths.values():  # warm every client's connection
         fn("warm-up")
+    start = time.perf_counter()
     for i, text in enumerate(tqdm(texts, desc="one at a time", unit="item")):
         rotation = names[i % len(names) :] + names[: i % len(names)]
         for name in rotation:
@@ -142,8 +179,9 @@ def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) 
             paths[name](text)
             latencies[name].append((time.perf_counter() - t0) * 1000)
             cpu[name] += time.process_time() - c0
+    window = (start, time.perf_counter())  # interleaved: all share one window
     return [
-        PathResult(name, "one-at-a-time", len(texts), sum(latencies[name]) / 1000, cpu[name], latencies[name])
+        PathResult(name, "one-at-a-time", len(texts), sum(latencies[name]) / 1000, cpu[name], latencies[name], window)
         for name in names
     ]
 
@@ -151,7 +189,8 @@ def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) 
 def _timed(name: str, items: int, fn: Callable[[], Any]) -> PathResult:
     c0, t0 = time.process_time(), time.perf_counter()
     fn()
-    return PathResult(name, "batch", items, time.perf_counter() - t0, time.process_time() - c0)
+    t1 = time.perf_counter()
+    return PathResult(name, "batch", items, t1 - t0, time.process_time() - c0, window=(t0, t1))
 
 
 def run_batches(objects: dict[str, Any], texts: list[str], concurrency: int | None) -> list[PathResult]:
@@ -229,6 +268,30 @@ def sweep(base_url: str, model: str, items: int, sizes: list[int], concurrencies
     return rows
 
 
+def offline_ceiling(model_dir: str, items: int) -> list[PathResult]:
+    """vLLM's offline engine on the same prompts (QwenClassifier's rendering), one output token:
+    the ceiling no server path can pass. Token-id prompts and text prompts."""
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from langchain_qwen_fast._prompting import PROMPT_SUFFIX, LabelSet
+
+    prefix = LabelSet.build(LABELS).render_prefix("label_tokens")
+    prompts = [prefix + t + PROMPT_SUFFIX for t in news_items(items)]
+    llm = LLM(model=model_dir, max_model_len=512, gpu_memory_utilization=0.3, enable_prefix_caching=True)
+    tokenizer = llm.get_tokenizer()
+    ids = [TokensPrompt(prompt_token_ids=tokenizer.encode(p, add_special_tokens=False)) for p in prompts]
+    params = SamplingParams(max_tokens=1, temperature=0)
+    llm.generate(ids[:256], params, use_tqdm=False)  # warm-up
+    results = []
+    for name, batch in (("vLLM offline LLM.generate, token ids", ids), ("vLLM offline LLM.generate, text", prompts)):
+        c0, t0 = time.process_time(), time.perf_counter()
+        llm.generate(batch, params, use_tqdm=False)
+        t1 = time.perf_counter()
+        results.append(PathResult(name, "batch", items, t1 - t0, time.process_time() - c0, window=(t0, t1)))
+    return results
+
+
 @contextlib.contextmanager
 def _server(args: argparse.Namespace) -> Iterator[str]:
     if args.base_url:
@@ -253,20 +316,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--concurrency", type=int, help="max_concurrency for abatch/batch (default: each's own)")
     parser.add_argument("--out", default="out/benchmark", help="folder for results.json and chart.png")
     parser.add_argument("--label", default="", help="free text naming the machine/model, kept in the JSON")
-    parser.add_argument("--sweep", action="store_true", help="only sweep batch_size × max_concurrency")
+    parser.add_argument("--sweep", action="store_true", help="also sweep batch_size × max_concurrency")
+    parser.add_argument("--gpu-sample", action="store_true", help="sample GPU utilisation and memory per path")
+    parser.add_argument(
+        "--offline-ceiling", action="store_true", help="also run vLLM's offline engine (needs --start-server)"
+    )
     args = parser.parse_args(argv)
-
-    if args.sweep:
-        with _server(args) as url:
-            rows = sweep(url, args.model, args.items, [16, 32, 64, 128, 256], [2, 4, 8, 16])
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "sweep.json").write_text(json.dumps(rows, indent=1))
-        return {"sweep": rows}
+    sampler = GpuSampler() if args.gpu_sample else None
+    swept: list[dict[str, Any]] = []
 
     with _server(args) as url:
         one_paths, objects = build_paths(url, args.model)
         results = run_one_at_a_time(one_paths, news_items(args.invoke_items))
         results += run_batches(objects, news_items(args.items), args.concurrency)
+        if args.sweep:
+            swept = sweep(url, args.model, args.items, [16, 32, 64, 128, 256], [2, 4, 8, 16, 32])
+    if args.offline_ceiling:
+        results += offline_ceiling(args.start_server, args.items)
+    if sampler is not None:
+        sampler.stop()
+        for r in results:
+            r.gpu = sampler.window(*r.window)
 
     fastest = max(r.rps for r in results)
     rows = [r.summary(fastest) for r in results]
@@ -292,6 +362,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "invoke_items": args.invoke_items,
         "rows": rows,
         "checks": checks,
+        "sweep": swept,
         "latencies_ms": {r.name: r.latencies_ms for r in results if r.latencies_ms},
     }
     out = Path(args.out)
