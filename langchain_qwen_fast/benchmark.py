@@ -299,7 +299,9 @@ def _server(args: argparse.Namespace) -> Iterator[str]:
         return
     from server.launcher import VLLMServer
 
-    with VLLMServer(args.start_server, profile=args.profile, served_model_name=args.model) as server:
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    log = Path(args.out) / "server.log"
+    with VLLMServer(args.start_server, profile=args.profile, served_model_name=args.model, log_path=log) as server:
         print(f"server ready in {server.startup_seconds:.0f} s at {server.base_url}")
         yield server.base_url
 
