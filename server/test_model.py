@@ -239,9 +239,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-labels", type=int, help="write a sequence-classification head")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--tokenizer-from", help="copy the tokenizer from this model directory")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    path = build_test_model(args.out, args.size, num_labels=args.num_labels, seed=args.seed, overwrite=args.overwrite)
+    path = build_test_model(
+        args.out,
+        args.size,
+        num_labels=args.num_labels,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        tokenizer_from=args.tokenizer_from,
+    )
     print(f"built {args.size} test model in {path} ({time.perf_counter() - start:.1f} s)")
 
 
