@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -188,7 +189,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             step = reply["choices"][0]["logprobs"]["top_logprobs"][0] or {}
             got = {int(k.rpartition(":")[2]) for k in step}
             if not set(answer_ids) <= got:
-                plan = _replace(plan, has_logprob_token_ids=False)
+                plan = dataclasses.replace(plan, has_logprob_token_ids=False)
         return plan
 
     def _tokenize_call(self, text: str) -> Call:
@@ -379,9 +380,3 @@ def _raise_any(results: list[Any]) -> list[Any]:
 
 def _is_request_error(reply: Any) -> bool:
     return isinstance(reply, ServerStatusError) and not reply.retryable and reply.status_code < 500
-
-
-def _replace(plan: ClassifierPlan, **changes: Any) -> ClassifierPlan:
-    import dataclasses
-
-    return dataclasses.replace(plan, **changes)

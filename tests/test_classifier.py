@@ -434,3 +434,22 @@ async def test_invoke_and_ainvoke_report_runs_to_callbacks(classifier: QwenClass
     with pytest.raises(InvalidInputError):
         await classifier.ainvoke("", config=config)
     assert [kind for kind, _ in recorder.events] == ["start", "error"]
+
+
+def test_falls_back_to_top_logprobs_when_server_ignores_logprob_token_ids(proxy: FaultProxy) -> None:
+    # Older vLLM ignores logprob_token_ids and returns only the sampled token's logprob;
+    # the set-up probe sees that and later requests ask for the top 20 instead.
+    def like_older_vllm(reply: dict[str, Any]) -> dict[str, Any]:
+        for choice in reply["choices"]:
+            lp = choice["logprobs"]
+            lp["top_logprobs"] = [{lp["tokens"][0]: lp["token_logprobs"][0]}]
+        return reply
+
+    proxy.inject("/v1/completions", Fault.rewrite_reply(like_older_vllm))
+    classifier = make(proxy.base_url)
+    result = classifier.invoke("Rates rise")
+    assert classifier._plan is not None and not classifier._plan.has_logprob_token_ids
+    body = proxy.calls("/v1/completions")[-1].body
+    assert body["logprobs"] == 20 and "logprob_token_ids" not in body
+    assert result.label in NEWS_LABELS
+    assert math.isclose(sum(result.scores.values()), 1.0)
