@@ -201,7 +201,8 @@ class Prediction:
     scores: tuple[float, ...] | None
 
 
-def _token_id(token: str) -> int:
+def token_id(token: str) -> int:
+    """The id in a token string of the form ``token_id:123``."""
     # Requests set return_tokens_as_token_ids, so tokens read "token_id:123".
     return int(token.rpartition(":")[2])
 
@@ -216,8 +217,8 @@ def parse_choice(choice: Mapping[str, Any], plan: ClassifierPlan) -> Prediction:
                 return Prediction(plan.label_set.labels.index(reply), None)
             raise LabelParseError(f"model replied {reply[:80]!r}, which is none of the labels", reply=text)
         logprobs = choice["logprobs"]
-        chosen = _token_id(logprobs["tokens"][0])
-        step = {_token_id(k): v for k, v in (logprobs["top_logprobs"][0] or {}).items()}
+        chosen = token_id(logprobs["tokens"][0])
+        step = {token_id(k): v for k, v in (logprobs["top_logprobs"][0] or {}).items()}
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise ResponseFormatError(f"completion choice lacks expected fields: {exc!r}") from None
     try:

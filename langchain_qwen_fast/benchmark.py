@@ -25,8 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_qwen_fast._prompting import DEFAULT_INSTRUCTIONS
+
 LABELS = ["World", "Sports", "Business", "Sci/Tech"]
-SYSTEM = "Classify the text. Answer with one label only.\nLabels: World, Sports, Business, Sci/Tech"
+# The chat paths get the same instructions and label list as QwenClassifier's prompt.
+SYSTEM = f"{DEFAULT_INSTRUCTIONS}\nLabels: {', '.join(LABELS)}"
 _SUBJECTS = ["Stocks", "The striker", "Parliament", "A new chip", "Oil prices", "The coach", "Rebels", "NASA"]
 _VERBS = ["rally after", "fall before", "surprise analysts with", "shrug off", "react to", "win"]
 _OBJECTS = ["the rate decision", "a late goal", "the ceasefire talks", "quarterly results", "a launch"]

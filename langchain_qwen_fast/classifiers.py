@@ -28,6 +28,7 @@ from langchain_qwen_fast._prompting import (
     Scoring,
     parse_choice,
     plan_scoring,
+    token_id,
     validate_text,
 )
 from langchain_qwen_fast._transport import Call, RetryPolicy, Steps, Transport, adrive, drive
@@ -159,7 +160,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     # -- set-up: decided once per classifier, from the server ---------------------------
     def _plan_steps(self) -> Steps[ClassifierPlan]:
         labels = self._label_set
-        models, _version = _raise_any((yield [("GET", "models", None), ("GET", "/version", None)]))
+        models = _raise_any((yield [("GET", "models", None)]))[0]
         served = {m.get("id"): m for m in models.get("data", [])}
         if self.model not in served:
             raise QwenFastError(f"model {self.model!r} is not served at {self.base_url}; it serves {sorted(served)}")
@@ -187,7 +188,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             probe = plan.request_body(self.model, [plan.render("probe")])
             reply = _raise_any((yield [("POST", "completions", probe)]))[0]
             step = reply["choices"][0]["logprobs"]["top_logprobs"][0] or {}
-            got = {int(k.rpartition(":")[2]) for k in step}
+            got = {token_id(k) for k in step}
             if not set(answer_ids) <= got:
                 plan = dataclasses.replace(plan, has_logprob_token_ids=False)
         return plan

@@ -19,6 +19,7 @@ from tests.proxy import FaultProxy
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"
 NEWS_LABELS = ["World", "Sports", "Business", "Sci/Tech"]
+_startup_seconds: list[float] = []  # printed in the terminal summary
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +37,7 @@ def server_url(tiny_model: Path) -> Iterator[str]:
     log = ROOT / "out" / "test-server.log"
     log.parent.mkdir(exist_ok=True)
     with VLLMServer(tiny_model, profile="cpu", log_path=log) as server:
-        VLLMServer.last_startup_seconds = server.startup_seconds  # for the terminal summary
+        _startup_seconds.append(server.startup_seconds)
         yield server.base_url
 
 
@@ -57,6 +58,5 @@ def news_texts() -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    seconds = getattr(VLLMServer, "last_startup_seconds", None)
-    if seconds is not None:
+    for seconds in _startup_seconds:
         terminalreporter.write_line(f"vLLM server start-up (launcher to /health 200): {seconds:.1f} s")
