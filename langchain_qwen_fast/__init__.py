@@ -1,5 +1,6 @@
 """Fast, dependable text classification and routing with Qwen3 on vLLM, for LangChain."""
 
+from langchain_qwen_fast.chat_models import ChatQwenFast
 from langchain_qwen_fast.classifiers import Classification, QwenClassifier
 from langchain_qwen_fast.errors import (
     ContextLengthError,
@@ -14,6 +15,7 @@ from langchain_qwen_fast.errors import (
 )
 
 __all__ = [
+    "ChatQwenFast",
     "Classification",
     "ContextLengthError",
     "InvalidInputError",

@@ -149,24 +149,44 @@ class Transport:
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
-        kwargs: dict[str, Any] = dict(
-            stop=stop_after_attempt(retry.max_attempts) | stop_before_delay(retry.deadline),
+        self._retrying = Retrying(**self._retry_kwargs(_retryable))
+        self._aretrying = AsyncRetrying(**self._retry_kwargs(_retryable))
+        self._jitter = wait_random_exponential(multiplier=retry.initial_backoff, max=retry.max_backoff)
+
+    def _retry_kwargs(self, retryable: Callable[[BaseException], bool]) -> dict[str, Any]:
+        return dict(
+            stop=stop_after_attempt(self.retry.max_attempts) | stop_before_delay(self.retry.deadline),
             wait=self._wait,
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(retryable),
             reraise=True,
         )
-        self._retrying = Retrying(**kwargs)
-        self._aretrying = AsyncRetrying(**kwargs)
-        self._jitter = wait_random_exponential(multiplier=retry.initial_backoff, max=retry.max_backoff)
+
+    def retrying(self, retryable: Callable[[BaseException], bool]) -> tuple[Retrying, AsyncRetrying]:
+        """This transport's retry policy for calls made through another client (the chat
+        model's SDK calls), with ``retryable`` saying which of its errors to retry."""
+        return Retrying(**self._retry_kwargs(retryable)), AsyncRetrying(**self._retry_kwargs(retryable))
+
+    def new_async_client(self) -> httpx.AsyncClient:
+        """A pooled async client with this transport's limits and timeout (for an SDK that
+        keeps its own; it binds to the event loop that first uses it)."""
+        return httpx.AsyncClient(timeout=self._timeout, limits=self._limits)
 
     def __repr__(self) -> str:
         return f"Transport(base_url={self.base_url!r})"
 
+    @property
+    def timeout(self) -> float:
+        """Seconds allowed for each request."""
+        return float(self._timeout.read or 0)
+
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, ServerStatusError) and exc.retry_after is not None:
-            return exc.retry_after
-        return self._jitter(state)
+        if isinstance(exc, ServerStatusError):
+            retry_after = exc.retry_after
+        else:  # an SDK error carrying the HTTP response (openai.APIStatusError)
+            headers = getattr(getattr(exc, "response", None), "headers", None)
+            retry_after = _retry_after(headers.get("retry-after")) if headers is not None else None
+        return retry_after if retry_after is not None else self._jitter(state)
 
     def _url(self, path: str) -> str:
         # Paths under /v1 are relative to base_url; server routes (/tokenize, /version)

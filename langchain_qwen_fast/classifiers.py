@@ -32,6 +32,7 @@ from langchain_qwen_fast._prompting import (
     validate_text,
 )
 from langchain_qwen_fast._transport import Call, RetryPolicy, Steps, Transport, adrive, drive
+from langchain_qwen_fast.chat_models import ChatQwenFast
 from langchain_qwen_fast.errors import (
     ContextLengthError,
     InvalidInputError,
@@ -156,6 +157,24 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     @classmethod
     def is_lc_serializable(cls) -> bool:
         return False
+
+    @classmethod
+    def from_chat_model(cls, chat: ChatQwenFast, labels: Sequence[str], **kwargs: Any) -> QwenClassifier:
+        """A classifier on ``chat``'s server, model, key, timeout and retry settings, sharing
+        its transport (connection pool and retry policy)."""
+        transport = chat._transport
+        classifier = cls(
+            labels=list(labels),
+            base_url=transport.base_url,
+            model=chat.model_name,
+            api_key=chat.openai_api_key,
+            timeout=transport.timeout,
+            max_retries=transport.retry.max_attempts - 1,
+            retry_deadline=transport.retry.deadline,
+            **kwargs,
+        )
+        classifier._transport = transport
+        return classifier
 
     # -- set-up: decided once per classifier, from the server ---------------------------
     def _plan_steps(self) -> Steps[ClassifierPlan]:

@@ -17,7 +17,7 @@ import shutil
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 ModelSize = Literal["tiny", "0.6b"]
 
@@ -156,6 +156,43 @@ def build_tokenizer(max_len: int = 40960):
     )
 
 
+# Output bias for the test model, in logit units of about 2.5 each (the rest of a logit
+# varies by about 0.2): closing JSON tokens most favoured first, whitespace-only tokens
+# least. Under a grammar (structured output, forced tool calls) random weights would never
+# close a string or a number and would pad with whitespace until the context ran out; with
+# this bias constrained decoding ends, through the real grammar.
+_CLOSING_JSON_BIAS = {'"': 3.0, "}": 2.5, "]": 2.5, ",": 2.0}
+_BLANK_BIAS = -3.0
+# Hidden dimension 0 is held at this constant: small beside the other 127 dimensions, so
+# the text still shapes every hidden state (each text keeps its own label scores).
+_STEADY = 0.05
+
+
+def _bias_towards_closing_json(model: Any, tokenizer: Any) -> None:
+    """Make closing JSON tokens the argmax, and whitespace the argmin, wherever allowed.
+
+    Every input embedding's dimension 0 is set to ``_STEADY`` and no layer writes to that
+    dimension (the matching rows of ``o_proj`` and ``down_proj`` are zero), so after the
+    final RMSNorm it is the same positive value (about 2.5) at every position. The untied
+    output head's dimension 0 then adds a fixed bias per token: the entries above, 0 for
+    the rest. Label tokens get none, and classification limits its one token to the labels.
+    """
+    import torch
+
+    blank = [i for i in range(len(tokenizer)) if (t := tokenizer.decode([i])) and not t.strip()]
+    head = model.get_output_embeddings().weight
+    with torch.no_grad():
+        model.get_input_embeddings().weight[:, 0] = _STEADY
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[0, :] = 0.0
+            layer.mlp.down_proj.weight[0, :] = 0.0
+        head[:, 0] = 0.0
+        head[blank, 0] = _BLANK_BIAS
+        for text, bias in _CLOSING_JSON_BIAS.items():
+            (token,) = tokenizer.encode(text, add_special_tokens=False)
+            head[token, 0] = bias
+
+
 def build_test_model(
     out_dir: str | Path,
     size: ModelSize = "tiny",
@@ -186,7 +223,13 @@ def build_test_model(
 
     out = Path(out_dir)
     marker = out / ".built.json"
-    recipe = {"size": size, "num_labels": num_labels, "seed": seed}
+    recipe = {
+        "size": size,
+        "num_labels": num_labels,
+        "seed": seed,
+        "output_bias": _CLOSING_JSON_BIAS,
+        "steady": _STEADY,
+    }
     if marker.exists() and not overwrite and json.loads(marker.read_text()) == recipe:
         return out
     if out.exists():
@@ -204,7 +247,8 @@ def build_test_model(
         max_position_embeddings=40960,
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
+        # Untied (the real checkpoint ties them) so the output head can carry the test bias.
+        tie_word_embeddings=num_labels is not None,
         bos_token_id=FIRST_SPECIAL_ID,
         eos_token_id=FIRST_SPECIAL_ID + 2,
         pad_token_id=FIRST_SPECIAL_ID,
@@ -219,6 +263,8 @@ def build_test_model(
         config.id2label = {i: f"LABEL_{i}" for i in range(num_labels)}
         config.label2id = {v: k for k, v in config.id2label.items()}
         model = Qwen3ForSequenceClassification(config)
+    if num_labels is None:
+        _bias_towards_closing_json(model, tokenizer)
     model = model.to(torch.bfloat16)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
