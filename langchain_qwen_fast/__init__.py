@@ -13,10 +13,12 @@ from langchain_qwen_fast.errors import (
     ServerTimeoutError,
     TransportError,
 )
+from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool, label_edge
 
 __all__ = [
     "ChatQwenFast",
     "Classification",
+    "ClassifierRouter",
     "ContextLengthError",
     "InvalidInputError",
     "LabelParseError",
@@ -27,4 +29,6 @@ __all__ = [
     "ServerStatusError",
     "ServerTimeoutError",
     "TransportError",
+    "classifier_tool",
+    "label_edge",
 ]

@@ -11,12 +11,14 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import PromptValue
-from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
+from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import (
     ensure_config,
     get_async_callback_manager_for_config,
     get_callback_manager_for_config,
 )
+from langchain_core.tools import BaseTool
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
@@ -175,6 +177,26 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         )
         classifier._transport = transport
         return classifier
+
+    # -- routing helpers (routing.py) ----------------------------------------------------
+    def as_router(self, routes: Mapping[str, Runnable | Any], *, default: Runnable | Any) -> ClassifierRouter:
+        """A runnable that sends each input to the branch for its label (see
+        :class:`~langchain_qwen_fast.routing.ClassifierRouter`); callables are wrapped."""
+        unknown = sorted(set(routes) - set(self.labels))
+        if unknown:
+            raise ValueError(f"routes name labels the classifier does not have: {unknown}")
+        return ClassifierRouter(
+            classifier=self,
+            routes={label: coerce_to_runnable(branch) for label, branch in routes.items()},
+            default=coerce_to_runnable(default),
+        )
+
+    def as_tool(  # type: ignore[override]
+        self, args_schema: Any = None, *, name: str | None = None, description: str | None = None, **_: Any
+    ) -> BaseTool:
+        """A LangChain tool that labels a text, for agents (see
+        :func:`~langchain_qwen_fast.routing.classifier_tool`)."""
+        return classifier_tool(self, name=name or "classify_text", description=description)
 
     # -- set-up: decided once per classifier, from the server ---------------------------
     def _plan_steps(self) -> Steps[ClassifierPlan]:
@@ -400,3 +422,7 @@ def _raise_any(results: list[Any]) -> list[Any]:
 
 def _is_request_error(reply: Any) -> bool:
     return isinstance(reply, ServerStatusError) and not reply.retryable and reply.status_code < 500
+
+
+# routing.py builds on Classification; imported last to keep the import graph acyclic.
+from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool  # noqa: E402

@@ -75,6 +75,8 @@ class FaultProxy:
         #: most requests handled at the same moment since the last reset
         self.max_in_flight = 0
         self._faults: dict[str, list[Fault]] = {}
+        #: applied to every forwarded JSON reply: fn(request_body, reply) -> reply
+        self.rewrite_all: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
         self._lock = threading.Lock()
         self._upstream = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=64))
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -177,6 +179,8 @@ class FaultProxy:
                 content = upstream.content
                 if fault is not None and fault.kind == "rewrite" and fault.rewrite is not None:
                     content = json.dumps(fault.rewrite(upstream.json())).encode()
+                elif proxy.rewrite_all is not None and upstream.status_code == 200:
+                    content = json.dumps(proxy.rewrite_all(body, upstream.json())).encode()
                 self._reply(upstream.status_code, content)
 
         return Handler

@@ -1,0 +1,191 @@
+"""Routing with a classifier: a router runnable, a tool for agents, a LangGraph edge."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
+from langchain_core.runnables.config import patch_config
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from pydantic import ConfigDict
+
+from langchain_qwen_fast.classifiers import Classification
+from langchain_qwen_fast.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast.classifiers import QwenClassifier
+
+#: Metadata keys under which a branch (and every callback/trace) sees the routing decision.
+ROUTE_LABEL = "route_label"
+ROUTE_SCORES = "route_scores"
+ROUTE_ERROR = "route_error"
+
+
+class ClassifierRouter(RunnableSerializable[Any, Any]):
+    """Classify each input, then hand the *original* input to the branch for its label.
+
+    The decision reaches the branch as run metadata (``route_label``, ``route_scores``, and
+    ``route_error`` when classification failed) and as a ``route:<label>`` tag, so it shows in
+    callbacks and traces and a branch can read it from its ``config``. Inputs whose label has
+    no branch, that abstained, or whose classification failed go to ``default``; nothing is
+    dropped. ``batch``/``abatch`` classify the whole batch in grouped requests first, then run
+    each branch once over its share, keeping input order.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    classifier: Any  # QwenClassifier (Any avoids a circular import at class creation)
+    """The classifier that decides."""
+    routes: dict[str, Runnable]
+    """Branch per label."""
+    default: Runnable
+    """Branch for unknown, abstained and failed classifications."""
+
+    def _decide(self, result: Any) -> tuple[Runnable, dict[str, Any]]:
+        if isinstance(result, Exception):
+            return self.default, {ROUTE_LABEL: None, ROUTE_ERROR: f"{type(result).__name__}: {result}"}
+        assert isinstance(result, Classification)
+        meta = {ROUTE_LABEL: result.label, ROUTE_SCORES: result.scores}
+        branch = self.routes.get(result.label) if result.label is not None else None
+        return (branch or self.default), meta
+
+    def _plan(
+        self,
+        inputs: list[Any],
+        results: list[Any],
+        run_managers: Sequence[CallbackManagerForChainRun | AsyncCallbackManagerForChainRun],
+        configs: Sequence[RunnableConfig],
+    ) -> dict[int, tuple[Runnable, list[int], list[RunnableConfig]]]:
+        """Group input positions by branch, each with the config its run gets."""
+        plan: dict[int, tuple[Runnable, list[int], list[RunnableConfig]]] = {}
+        for i, result in enumerate(results):
+            branch, meta = self._decide(result)
+            label = meta[ROUTE_LABEL]
+            config = patch_config(configs[i], callbacks=run_managers[i].get_child(f"route:{label}"))
+            config["metadata"] = {**config.get("metadata", {}), **meta}
+            config["tags"] = [*config.get("tags", []), f"route:{label if branch is not self.default else 'default'}"]
+            entry = plan.setdefault(id(branch), (branch, [], []))
+            entry[1].append(i)
+            entry[2].append(config)
+        return plan
+
+    def _route(
+        self,
+        inputs: list[Any],
+        run_manager: list[CallbackManagerForChainRun],
+        config: list[RunnableConfig],
+    ) -> list[Any]:
+        classify_configs = [patch_config(c, callbacks=rm.get_child("classify")) for c, rm in zip(config, run_manager)]
+        results = self.classifier.batch(inputs, classify_configs, return_exceptions=True)
+        outputs: list[Any] = [None] * len(inputs)
+        for branch, positions, configs in self._plan(inputs, results, run_manager, config).values():
+            answers = branch.batch([inputs[i] for i in positions], configs, return_exceptions=True)
+            for i, answer in zip(positions, answers):
+                outputs[i] = answer
+        return outputs
+
+    async def _aroute(
+        self,
+        inputs: list[Any],
+        run_manager: list[AsyncCallbackManagerForChainRun],
+        config: list[RunnableConfig],
+    ) -> list[Any]:
+        classify_configs = [patch_config(c, callbacks=rm.get_child("classify")) for c, rm in zip(config, run_manager)]
+        results = await self.classifier.abatch(inputs, classify_configs, return_exceptions=True)
+        outputs: list[Any] = [None] * len(inputs)
+        for branch, positions, configs in self._plan(inputs, results, run_manager, config).values():
+            answers = await branch.abatch([inputs[i] for i in positions], configs, return_exceptions=True)
+            for i, answer in zip(positions, answers):
+                outputs[i] = answer
+        return outputs
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self.batch([input], config)[0]
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return (await self.abatch([input], config))[0]
+
+    def batch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        return self._batch_with_config(self._route, inputs, config, return_exceptions=return_exceptions)
+
+    async def abatch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        return await self._abatch_with_config(self._aroute, inputs, config, return_exceptions=return_exceptions)
+
+
+def classifier_tool(
+    classifier: QwenClassifier, *, name: str = "classify_text", description: str | None = None
+) -> BaseTool:
+    """A tool that labels a text; returns ``{"label", "scores", "abstained"}``.
+
+    Bad input (e.g. an empty text) comes back to the agent as the error's message rather
+    than raising, so the agent can correct itself; server errors still raise.
+    """
+
+    def to_dict(result: Classification) -> dict[str, Any]:
+        return {"label": result.label, "scores": result.scores, "abstained": result.abstained}
+
+    def classify(text: str) -> dict[str, Any]:
+        try:
+            return to_dict(classifier.invoke(text))
+        except InvalidInputError as exc:
+            raise ToolException(str(exc)) from exc
+
+    async def aclassify(text: str) -> dict[str, Any]:
+        try:
+            return to_dict(await classifier.ainvoke(text))
+        except InvalidInputError as exc:
+            raise ToolException(str(exc)) from exc
+
+    labels = ", ".join(classifier.labels)
+    return StructuredTool.from_function(
+        func=classify,
+        coroutine=aclassify,
+        name=name,
+        description=description or f"Label a text as one of: {labels}. Give the text to label.",
+        handle_tool_error=True,
+        handle_validation_error=True,
+    )
+
+
+def label_edge(
+    classifier: QwenClassifier,
+    routes: Mapping[str, str],
+    *,
+    default: str,
+    text_key: str = "text",
+) -> RunnableLambda:
+    """A LangGraph conditional edge: ``state[text_key]`` -> the node named for its label.
+
+    Use as ``graph.add_conditional_edges("start", label_edge(clf, {...}, default="triage"))``.
+    Unknown, abstained or failed classifications go to ``default``. Works in sync and async
+    graphs (LangGraph accepts a runnable as the path).
+    """
+
+    def node_for(result: Classification | Exception) -> str:
+        if isinstance(result, Exception) or result.label is None:
+            return default
+        return routes.get(result.label, default)
+
+    def path(state: Mapping[str, Any]) -> str:
+        return node_for(classifier.batch([state[text_key]], return_exceptions=True)[0])
+
+    async def apath(state: Mapping[str, Any]) -> str:
+        return node_for((await classifier.abatch([state[text_key]], return_exceptions=True))[0])
+
+    return RunnableLambda(path, afunc=apath, name="label_edge")
