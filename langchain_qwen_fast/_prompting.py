@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from langchain_qwen_fast.errors import InvalidInputError, LabelParseError, ResponseFormatError
 
-Scoring = Literal["label_tokens", "letter_tokens", "constrained_choice"]
+Scoring = Literal["label_tokens", "letter_tokens", "constrained_choice", "head"]
 
 DEFAULT_INSTRUCTIONS = "Classify the text. Answer with one label only."
 
@@ -147,7 +147,22 @@ class ClassifierPlan:
         return self.max_model_len - self.overhead_tokens - self.max_tokens
 
     def render(self, text: str) -> str:
+        if self.scoring == "head":  # a classification head reads the bare text
+            return neutralize_control_tokens(text)
         return self.prefix + neutralize_control_tokens(text) + PROMPT_SUFFIX
+
+    def request(self, model: str, prompts: list[str]) -> tuple[str, str, dict[str, Any]]:
+        """The (method, path, body) that classifies a group of rendered prompts."""
+        if self.scoring == "head":
+            return ("POST", "/classify", {"model": model, "input": prompts})
+        return ("POST", "completions", self.request_body(model, prompts))
+
+    def reply_items(self, reply: Any) -> dict[int, Any]:
+        """The reply's per-prompt items, by prompt index within the group."""
+        return {item["index"]: item for item in reply["data" if self.scoring == "head" else "choices"]}
+
+    def parse(self, item: Mapping[str, Any]) -> Prediction:
+        return parse_head(item, self) if self.scoring == "head" else parse_choice(item, self)
 
     def request_body(self, model: str, prompts: list[str]) -> dict[str, Any]:
         """The ``/v1/completions`` body for a group of rendered prompts."""
@@ -231,6 +246,20 @@ def parse_choice(choice: Mapping[str, Any], plan: ClassifierPlan) -> Prediction:
         ) from None
     step.setdefault(chosen, logprobs["token_logprobs"][0])
     return Prediction(index, label_probabilities(step, plan.answer_token_ids))
+
+
+def parse_head(item: Mapping[str, Any], plan: ClassifierPlan) -> Prediction:
+    """Turn one ``/classify`` item into a :class:`Prediction` (class i is label i)."""
+    try:
+        probs = [float(p) for p in item["probs"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResponseFormatError(f"classify item lacks probabilities: {exc!r}") from None
+    labels = plan.label_set.labels
+    if len(probs) != len(labels):
+        raise ResponseFormatError(f"head gave {len(probs)} class probabilities for {len(labels)} labels")
+    total = sum(probs)
+    scores = tuple(p / total for p in probs)
+    return Prediction(max(range(len(scores)), key=scores.__getitem__), scores)
 
 
 def label_probabilities(logprobs: Mapping[int, float], token_ids: Sequence[int]) -> tuple[float, ...]:

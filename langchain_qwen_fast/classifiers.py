@@ -7,7 +7,7 @@ import dataclasses
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import PromptValue
@@ -28,7 +28,6 @@ from langchain_qwen_fast._prompting import (
     LabelSet,
     Prediction,
     Scoring,
-    parse_choice,
     plan_scoring,
     token_id,
     validate_text,
@@ -121,6 +120,10 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """The vLLM server's OpenAI-compatible base URL."""
     model: str = "qwen3"
     """The served model name."""
+    mode: Literal["generate", "head"] = "generate"
+    """``generate``: a chat model answers the label (one decode step). ``head``: a
+    ``Qwen3ForSequenceClassification`` checkpoint served by vLLM's pooling runner scores the
+    text through ``/classify``; class i is ``labels[i]``. Same results, batching and errors."""
     api_key: SecretStr | None = Field(default_factory=secret_from_env("VLLM_API_KEY", default=None))
     """Bearer token, if the server requires one (default: ``VLLM_API_KEY``)."""
     timeout: float = Field(default=30.0, gt=0)
@@ -206,6 +209,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if self.model not in served:
             raise QwenFastError(f"model {self.model!r} is not served at {self.base_url}; it serves {sorted(served)}")
         max_model_len = int(served[self.model].get("max_model_len") or 0)
+        if self.mode == "head":
+            return (yield from self._head_plan_steps(max_model_len))
         letters = labels.letters() or ()
         counted = _raise_any((yield [self._tokenize_call(s) for s in (*labels.labels, *letters)]))
         tokens = [c["tokens"] for c in counted]
@@ -232,6 +237,25 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             got = {token_id(k) for k in step}
             if not set(answer_ids) <= got:
                 plan = dataclasses.replace(plan, has_logprob_token_ids=False)
+        return plan
+
+    def _head_plan_steps(self, max_model_len: int) -> Steps[ClassifierPlan]:
+        plan = ClassifierPlan(
+            label_set=self._label_set,
+            scoring="head",
+            prefix="",
+            answer_token_ids=(),
+            max_tokens=0,
+            overhead_tokens=_BOUNDARY_MARGIN,
+            max_model_len=max_model_len or 4096,
+            has_logprob_token_ids=False,
+        )
+        probe = _raise_any((yield [plan.request(self.model, ["probe"])]))[0]
+        classes = probe["data"][0]["num_classes"]
+        if classes != len(self.labels):
+            raise QwenFastError(
+                f"model {self.model!r} has a {classes}-class head but {len(self.labels)} labels were given"
+            )
         return plan
 
     def _tokenize_call(self, text: str) -> Call:
@@ -285,7 +309,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         prompts = {i: plan.render(texts[i]) for i in pending}
         groups = [pending[k : k + self.batch_size] for k in range(0, len(pending), self.batch_size)]
         while groups:
-            calls = [("POST", "completions", plan.request_body(self.model, [prompts[i] for i in g])) for g in groups]
+            calls = [plan.request(self.model, [prompts[i] for i in g]) for g in groups]
             replies = yield calls
             retry_groups = []
             for group, reply in zip(groups, replies):
@@ -303,9 +327,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     def _assign(self, reply: Any, group: list[int], plan: ClassifierPlan, results: list[Any]) -> None:
         try:
-            choices = {c["index"]: c for c in reply["choices"]}
+            choices = plan.reply_items(reply)
         except (KeyError, TypeError) as exc:
-            error = ResponseFormatError(f"completion reply lacks choices: {exc!r}")
+            error = ResponseFormatError(f"reply lacks its per-prompt items: {exc!r}")
             for i in group:
                 results[i] = error
             return
@@ -315,7 +339,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                 results[i] = ResponseFormatError(f"reply has no choice for prompt {position} of its group")
                 continue
             try:
-                results[i] = self._result(parse_choice(choice, plan), plan)
+                results[i] = self._result(plan.parse(choice), plan)
             except QwenFastError as exc:
                 results[i] = exc
 

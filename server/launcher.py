@@ -12,6 +12,7 @@ the tail of the server's log.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -106,6 +107,17 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _runner_args(model: str) -> tuple[str, ...]:
+    """A ``*ForSequenceClassification`` checkpoint is served by vLLM's pooling runner
+    (``/classify``); everything else generates."""
+    config = Path(model) / "config.json"
+    if config.is_file():
+        architectures = json.loads(config.read_text()).get("architectures") or []
+        if any(a.endswith("ForSequenceClassification") for a in architectures):
+            return ("--runner", "pooling")
+    return ()
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -206,6 +218,7 @@ class VLLMServer:
             "--max-model-len",
             str(self.max_model_len),
             *self.profile.args,
+            *_runner_args(self.model),
             *self.extra_args,
         ]
         return cmd

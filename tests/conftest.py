@@ -41,6 +41,22 @@ def server_url(tiny_model: Path) -> Iterator[str]:
         yield server.base_url
 
 
+@pytest.fixture(scope="session")
+def head_server_url() -> Iterator[str]:
+    """A second real server: a tiny random Qwen3ForSequenceClassification (4 classes) on the
+    pooling runner, served as ``qwen3-cls``. ``QWEN_FAST_TEST_HEAD_URL`` reuses a running one."""
+    given = os.environ.get("QWEN_FAST_TEST_HEAD_URL")
+    if given:
+        yield given
+        return
+    model = build_test_model(ROOT / ".models" / "qwen3-tiny-cls", "tiny", num_labels=4)
+    log = ROOT / "out" / "test-head-server.log"
+    log.parent.mkdir(exist_ok=True)
+    with VLLMServer(model, profile="cpu", served_model_name="qwen3-cls", log_path=log) as server:
+        _startup_seconds.append(server.startup_seconds)
+        yield server.base_url
+
+
 @pytest.fixture
 def proxy(server_url: str) -> Iterator[FaultProxy]:
     """A recording, fault-injecting proxy in front of the real server."""
