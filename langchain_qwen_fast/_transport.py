@@ -283,7 +283,8 @@ async def _acapture(fn: Callable[..., Awaitable[T]], *args: Any) -> T | Exceptio
 
 
 #: A sans-I/O procedure: yields batches of calls, receives their results, returns a value.
-#: One copy of the logic serves the sync and the async path.
+#: One copy of the logic serves the sync and the async path. Yielding an empty batch is a
+#: checkpoint: the async driver lets the event loop run other tasks before resuming.
 Steps = Generator[list[Call], list[Any], T]
 
 
@@ -292,7 +293,7 @@ def drive(transport: Transport, steps: Steps[T], max_concurrency: int) -> T:
     try:
         calls = next(steps)
         while True:
-            calls = steps.send(transport.request_all(calls, max_concurrency))
+            calls = steps.send(transport.request_all(calls, max_concurrency) if calls else [])
     except StopIteration as done:
         return done.value
 
@@ -302,6 +303,10 @@ async def adrive(transport: Transport, steps: Steps[T], max_concurrency: int) ->
     try:
         calls = next(steps)
         while True:
+            if not calls:
+                await asyncio.sleep(0)
+                calls = steps.send([])
+                continue
             calls = steps.send(await transport.arequest_all(calls, max_concurrency))
     except StopIteration as done:
         return done.value

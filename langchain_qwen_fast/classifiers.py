@@ -47,6 +47,10 @@ ClassifierInput = str | Mapping[str, Any] | PromptValue | Sequence[BaseMessage]
 # Tokenisation at a boundary between prompt parts can differ by a token from the parts
 # counted apart; keep this much room when checking that a text fits.
 _BOUNDARY_MARGIN = 2
+# Work on a big async batch is done in slices with a yield to the event loop between them,
+# so that a 20,000-item abatch never holds the loop for long (measured in tests/reliability).
+_GROUPS_PER_CHECKPOINT = 16
+_RUNS_PER_SLICE = 512
 
 
 class Classification(BaseModel):
@@ -312,7 +316,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             calls = [plan.request(self.model, [prompts[i] for i in g]) for g in groups]
             replies = yield calls
             retry_groups = []
-            for group, reply in zip(groups, replies):
+            for n, (group, reply) in enumerate(zip(groups, replies), 1):
+                if n % _GROUPS_PER_CHECKPOINT == 0:
+                    yield []  # parsing thousands of replies: let the event loop breathe
                 if _is_request_error(reply) and len(group) > 1:
                     # One bad prompt fails the whole request: split to find it.
                     half = len(group) // 2
@@ -426,7 +432,41 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[Classification]:
-        return await self._abatch_with_config(self._aclassify, inputs, config, return_exceptions=return_exceptions)
+        # Like Runnable._abatch_with_config (a run per item, same callbacks), but the per-item
+        # run bookkeeping is done in slices with a yield between them: done in one go it holds
+        # the event loop for ~40 µs an item, most of a second for 20,000 items.
+        if not inputs:
+            return []
+        configs = config if isinstance(config, list) else None
+        runs: list[Any] = []
+        item_configs: list[RunnableConfig] = []
+        for start in range(0, len(inputs), _RUNS_PER_SLICE):
+            part = range(start, min(start + _RUNS_PER_SLICE, len(inputs)))
+            sliced = [ensure_config(configs[i] if configs else config) for i in part]
+            runs += await asyncio.gather(
+                *(
+                    get_async_callback_manager_for_config(c).on_chain_start(
+                        None, inputs[i], name=c.get("run_name") or self.get_name(), run_id=c.pop("run_id", None)
+                    )
+                    for i, c in zip(part, sliced)
+                )
+            )
+            item_configs += sliced
+            await asyncio.sleep(0)
+        results = await self._aclassify(inputs, item_configs)
+        for start in range(0, len(results), _RUNS_PER_SLICE):
+            await asyncio.gather(
+                *(
+                    run.on_chain_error(r) if isinstance(r, Exception) else run.on_chain_end(r)
+                    for run, r in zip(runs[start : start + _RUNS_PER_SLICE], results[start : start + _RUNS_PER_SLICE])
+                )
+            )
+            await asyncio.sleep(0)
+        if not return_exceptions:
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+        return results
 
     def close(self) -> None:
         """Close the pooled sync connections (they reopen on next use)."""
