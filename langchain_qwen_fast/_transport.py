@@ -144,6 +144,7 @@ class Transport:
             self._headers["authorization"] = f"Bearer {api_key}"
         self._timeout = httpx.Timeout(timeout)
         self._limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
+        self.pool_size = pool_size
         self.retry = retry
         self._client: httpx.Client | None = None
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
