@@ -304,7 +304,13 @@ def _server(args: argparse.Namespace) -> Iterator[str]:
 
     Path(args.out).mkdir(parents=True, exist_ok=True)
     log = Path(args.out) / "server.log"
-    with VLLMServer(args.start_server, profile=args.profile, served_model_name=args.model, log_path=log) as server:
+    with VLLMServer(
+        args.start_server,
+        profile=args.profile,
+        served_model_name=args.model,
+        log_path=log,
+        extra_args=args.server_arg,
+    ) as server:
         print(f"server ready in {server.startup_seconds:.0f} s at {server.base_url}")
         yield server.base_url
 
@@ -315,6 +321,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     where.add_argument("--base-url", help="a running vLLM server (…/v1)")
     where.add_argument("--start-server", metavar="MODEL", help="start a local server for MODEL (dir or hub id)")
     parser.add_argument("--profile", default="auto", choices=["auto", "cpu", "gpu"])
+    parser.add_argument(
+        "--server-arg", action="append", default=[], help="extra vLLM flag for --start-server (repeatable)"
+    )
     parser.add_argument("--model", default="qwen3", help="served model name")
     parser.add_argument("--items", type=int, default=512, help="items for the batch paths")
     parser.add_argument("--invoke-items", type=int, default=200, help="items for each one-at-a-time path")

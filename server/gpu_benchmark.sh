@@ -13,5 +13,5 @@ python3 -m server.test_model --size 0.6b --out "$model" ${tok:+--tokenizer-from 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 python3 -m langchain_qwen_fast.benchmark --start-server "$model" --profile gpu \
   --items "${ITEMS:-8192}" --invoke-items "${INVOKE_ITEMS:-300}" --gpu-sample --sweep \
-  ${OFFLINE:+--offline-ceiling} --out "$out" \
+  ${OFFLINE:+--offline-ceiling} ${SERVER_ARGS:+$SERVER_ARGS} --out "$out" \
   --label "$(head -1 "$out/gpu.txt" | cut -d, -f1), vLLM $(python3 -c 'import vllm; print(vllm.__version__)'), random Qwen3-0.6B shape"
