@@ -5,6 +5,9 @@ The prompt is pre-rendered in Qwen3's chat format with thinking off (the empty
 server only tokenises it. Fixed instructions and the label list come first and the text
 last, so vLLM's prefix cache reuses the shared part across every request.
 
+With a tokenizer (``QwenClassifier.tokenizer_path``) the prompts travel as token ids, so
+the server's API process does not tokenise them either.
+
 Scoring: when every label (or, failing that, every letter alias) starts with a distinct
 token, one generated token decides the label, constrained to those tokens with
 ``allowed_token_ids``, and the logprobs of exactly those tokens give a probability per
@@ -21,11 +24,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_qwen_fast.errors import InvalidInputError, LabelParseError, ResponseFormatError
+from langchain_qwen_fast.errors import ContextLengthError, InvalidInputError, LabelParseError, ResponseFormatError
 
 Scoring = Literal["label_tokens", "letter_tokens", "constrained_choice", "head"]
 
 DEFAULT_INSTRUCTIONS = "Classify the text. Answer with one label only."
+
+# Tokenisation at a boundary between prompt parts can differ by a token from the parts
+# counted apart; keep this much room when a text's tokens are counted on their own.
+BOUNDARY_MARGIN = 2
+
+#: A rendered prompt: text, or the token ids of that text.
+Prompt = str | list[int]
 
 # Qwen3 chat format; the assistant turn opens with an empty think block (thinking off).
 _SYSTEM_OPEN = "<|im_start|>system\n"
@@ -140,18 +150,36 @@ class ClassifierPlan:
     max_model_len: int
     #: the server returns logprobs for chosen token ids (vLLM ``logprob_token_ids``)
     has_logprob_token_ids: bool
+    #: a ``tokenizers.Tokenizer`` equal to the server's: prompts are sent as token ids
+    tokenizer: Any = None
 
     @property
     def text_token_budget(self) -> int:
         """Most text tokens that fit beside the prompt and the answer."""
-        return self.max_model_len - self.overhead_tokens - self.max_tokens
+        return self.max_model_len - self.overhead_tokens - BOUNDARY_MARGIN - self.max_tokens
+
+    def length_error(self, text_tokens: int) -> ContextLengthError | None:
+        """The error for a text of ``text_tokens`` tokens that does not fit, else None."""
+        budget = self.text_token_budget
+        if text_tokens <= budget:
+            return None
+        return ContextLengthError(
+            f"text has {text_tokens} tokens; at most {budget} fit in the server's "
+            f"context of {self.max_model_len} beside the prompt",
+            tokens=text_tokens,
+            limit=budget,
+        )
+
+    def encode(self, prompts: list[str]) -> list[list[int]]:
+        """Token ids of rendered prompts, as the server's own tokeniser would give them."""
+        return [e.ids for e in self.tokenizer.encode_batch(prompts, add_special_tokens=False)]
 
     def render(self, text: str) -> str:
         if self.scoring == "head":  # a classification head reads the bare text
             return neutralize_control_tokens(text)
         return self.prefix + neutralize_control_tokens(text) + PROMPT_SUFFIX
 
-    def request(self, model: str, prompts: list[str]) -> tuple[str, str, dict[str, Any]]:
+    def request(self, model: str, prompts: Sequence[Prompt]) -> tuple[str, str, dict[str, Any]]:
         """The (method, path, body) that classifies a group of rendered prompts."""
         if self.scoring == "head":
             return ("POST", "/classify", {"model": model, "input": prompts})
@@ -164,7 +192,7 @@ class ClassifierPlan:
     def parse(self, item: Mapping[str, Any]) -> Prediction:
         return parse_head(item, self) if self.scoring == "head" else parse_choice(item, self)
 
-    def request_body(self, model: str, prompts: list[str]) -> dict[str, Any]:
+    def request_body(self, model: str, prompts: Sequence[Prompt]) -> dict[str, Any]:
         """The ``/v1/completions`` body for a group of rendered prompts."""
         body: dict[str, Any] = {
             "model": model,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import itertools
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -118,10 +119,14 @@ def _translate(exc: httpx.HTTPError, path: str) -> TransportError:
 
 
 class Transport:
-    """HTTP to one server: a pooled sync client, a pooled async client per event loop.
+    """HTTP to a server: a pooled sync client, a pooled async client per event loop.
+
+    Given several base URLs (replicas serving the same model, e.g. two vLLM servers sharing
+    one GPU), each request, and each retry of it, goes to the next one in turn: the load is
+    spread and a replica that is down costs a retry, not the items.
 
     Args:
-        base_url: the OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1``.
+        base_url: the OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1``, or a list.
         api_key: bearer token, or None.
         timeout: seconds for each request (connect, write, read each).
         retry: the retry policy.
@@ -130,15 +135,19 @@ class Transport:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         api_key: str | None,
         timeout: float,
         retry: RetryPolicy,
         pool_size: int = 64,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.root_url = self.base_url.removesuffix("/v1")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("base_url: give at least one URL")
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self.base_url = self.base_urls[0]
+        self._turn = itertools.count()
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
@@ -173,7 +182,7 @@ class Transport:
         return httpx.AsyncClient(timeout=self._timeout, limits=self._limits)
 
     def __repr__(self) -> str:
-        return f"Transport(base_url={self.base_url!r})"
+        return f"Transport(base_url={self.base_urls if len(self.base_urls) > 1 else self.base_url!r})"
 
     @property
     def timeout(self) -> float:
@@ -189,10 +198,15 @@ class Transport:
             retry_after = _retry_after(headers.get("retry-after")) if headers is not None else None
         return retry_after if retry_after is not None else self._jitter(state)
 
-    def _url(self, path: str) -> str:
+    def _urls(self, path: str) -> Iterator[str]:
+        """The URLs for a request's tries: the replica whose turn it is, then the next ones."""
         # Paths under /v1 are relative to base_url; server routes (/tokenize, /version)
-        # start with "/" and hang off the root.
-        return self.root_url + path if path.startswith("/") else f"{self.base_url}/{path}"
+        # start with "/" and hang off the root. next() on a count is atomic under the GIL.
+        bases = self.base_urls
+        start = next(self._turn) if len(bases) > 1 else 0
+        for k in itertools.count(start):
+            base = bases[k % len(bases)]
+            yield base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}"
 
     # -- sync ---------------------------------------------------------------------------
     @property
@@ -201,17 +215,17 @@ class Transport:
             self._client = httpx.Client(headers=self._headers, timeout=self._timeout, limits=self._limits)
         return self._client
 
-    def _send(self, method: str, path: str, body: Any) -> Any:
-        content = None if body is None else orjson.dumps(body)
+    def _send(self, method: str, path: str, urls: Iterator[str], content: bytes | None) -> Any:
         try:
-            response = self.client.request(method, self._url(path), content=content)
+            response = self.client.request(method, next(urls), content=content)
         except httpx.HTTPError as exc:
             raise _translate(exc, path) from None
         return _decode(response, path)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One request, retried per the policy; returns the decoded JSON."""
-        return self._retrying.copy()(self._send, method, path, body)
+        content = None if body is None else orjson.dumps(body)
+        return self._retrying.copy()(self._send, method, path, self._urls(path), content)
 
     def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         """Run ``calls`` with at most ``max_concurrency`` in flight; results in order,
@@ -238,17 +252,17 @@ class Transport:
             self._aclients[loop] = client
         return client
 
-    async def _asend(self, method: str, path: str, body: Any) -> Any:
-        content = None if body is None else orjson.dumps(body)
+    async def _asend(self, method: str, path: str, urls: Iterator[str], content: bytes | None) -> Any:
         try:
-            response = await self.aclient.request(method, self._url(path), content=content)
+            response = await self.aclient.request(method, next(urls), content=content)
         except httpx.HTTPError as exc:
             raise _translate(exc, path) from None
         return _decode(response, path)
 
     async def arequest(self, method: str, path: str, body: Any = None) -> Any:
         """Async :meth:`request`."""
-        return await self._aretrying.copy()(self._asend, method, path, body)
+        content = None if body is None else orjson.dumps(body)
+        return await self._aretrying.copy()(self._asend, method, path, self._urls(path), content)
 
     async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         """Async :meth:`request_all`."""

@@ -7,6 +7,7 @@ import dataclasses
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
@@ -27,6 +28,7 @@ from langchain_qwen_fast._prompting import (
     ClassifierPlan,
     LabelSet,
     Prediction,
+    Prompt,
     Scoring,
     plan_scoring,
     token_id,
@@ -35,7 +37,6 @@ from langchain_qwen_fast._prompting import (
 from langchain_qwen_fast._transport import Call, RetryPolicy, Steps, Transport, adrive, drive
 from langchain_qwen_fast.chat_models import ChatQwenFast
 from langchain_qwen_fast.errors import (
-    ContextLengthError,
     InvalidInputError,
     QwenFastError,
     ResponseFormatError,
@@ -44,13 +45,12 @@ from langchain_qwen_fast.errors import (
 
 ClassifierInput = str | Mapping[str, Any] | PromptValue | Sequence[BaseMessage]
 
-# Tokenisation at a boundary between prompt parts can differ by a token from the parts
-# counted apart; keep this much room when checking that a text fits.
-_BOUNDARY_MARGIN = 2
 # Work on a big async batch is done in slices with a yield to the event loop between them,
 # so that a 20,000-item abatch never holds the loop for long (measured in tests/reliability).
 _GROUPS_PER_CHECKPOINT = 16
 _RUNS_PER_SLICE = 512
+# Prompts tokenised client-side per slice (a few ms each), with a yield between slices.
+_ENCODE_SLICE = 1024
 
 
 class Classification(BaseModel):
@@ -120,8 +120,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """Optional description per label, shown to the model next to the label."""
     instructions: str | None = None
     """Replaces the default instruction sentence at the top of the prompt."""
-    base_url: str = "http://127.0.0.1:8000/v1"
-    """The vLLM server's OpenAI-compatible base URL."""
+    base_url: str | list[str] = "http://127.0.0.1:8000/v1"
+    """The vLLM server's OpenAI-compatible base URL, or a list of replicas serving the same
+    model (requests go to each in turn; a retry goes to the next)."""
     model: str = "qwen3"
     """The served model name."""
     mode: Literal["generate", "head"] = "generate"
@@ -142,9 +143,16 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """Requests in flight in ``batch``/``abatch`` unless the run config sets ``max_concurrency``."""
     abstain_below: float | None = Field(default=None, gt=0, lt=1)
     """If set, a best-label probability below it gives an abstained result (label None)."""
+    tokenizer_path: str | None = None
+    """The served model's tokenizer (its directory or ``tokenizer.json``). When set, prompts
+    are tokenised here and sent as token ids, so the server's API process skips tokenising:
+    worth it where that process is the bottleneck (a GPU server under batches), and text
+    lengths are checked exactly without asking the server. Needs ``tokenizers``; the
+    tokenizer is checked against the server's at set-up."""
 
     _label_set: LabelSet = PrivateAttr()
     _transport: Transport = PrivateAttr()
+    _tokenizer: Any = PrivateAttr(default=None)
     _plan: ClassifierPlan | None = PrivateAttr(default=None)
     _plan_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _aplan_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = PrivateAttr(
@@ -164,6 +172,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             retry=RetryPolicy(max_attempts=self.max_retries + 1, deadline=self.retry_deadline),
             pool_size=max(self.max_concurrency, 16),
         )
+        if self.tokenizer_path is not None:
+            self._tokenizer = _load_tokenizer(self.tokenizer_path)
         return self
 
     @classmethod
@@ -232,10 +242,13 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             prefix=prefix,
             answer_token_ids=answer_ids,
             max_tokens=max_tokens,
-            overhead_tokens=overhead + _BOUNDARY_MARGIN,
+            overhead_tokens=overhead,
             max_model_len=max_model_len or overhead + 4096,
             has_logprob_token_ids=scoring != "constrained_choice",
+            tokenizer=self._tokenizer,
         )
+        if plan.tokenizer is not None:
+            yield from self._check_tokenizer_steps(plan)
         if scoring != "constrained_choice":
             # vLLM versions differ: ask for the labels' logprobs and see if they come back.
             probe = plan.request_body(self.model, [plan.render("probe")])
@@ -253,9 +266,10 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             prefix="",
             answer_token_ids=(),
             max_tokens=0,
-            overhead_tokens=_BOUNDARY_MARGIN,
+            overhead_tokens=0,
             max_model_len=max_model_len or 4096,
             has_logprob_token_ids=False,
+            tokenizer=self._tokenizer,
         )
         probe = _raise_any((yield [plan.request(self.model, ["probe"])]))[0]
         classes = probe["data"][0]["num_classes"]
@@ -263,7 +277,23 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             raise QwenFastError(
                 f"model {self.model!r} has a {classes}-class head but {len(self.labels)} labels were given"
             )
+        if plan.tokenizer is not None:
+            yield from self._check_tokenizer_steps(plan)
         return plan
+
+    def _check_tokenizer_steps(self, plan: ClassifierPlan) -> Steps[None]:
+        """Raise unless our tokenizer splits a full prompt exactly as the server does (a
+        tokenizer of another model would otherwise classify garbage without a sound)."""
+        sample = plan.render("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend")
+        served = _raise_any((yield [self._tokenize_call(sample)]))[0]["tokens"]
+        ours = plan.encode([sample])[0]
+        if ours != served:
+            at = next((k for k, (a, b) in enumerate(zip(ours, served)) if a != b), min(len(ours), len(served)))
+            raise QwenFastError(
+                f"the tokenizer at {self.tokenizer_path} does not match the server's for model "
+                f"{self.model!r}: token {at} differs ({ours[at : at + 3]} here, {served[at : at + 3]} "
+                "on the server); point tokenizer_path at the served model's tokenizer"
+            )
 
     def _tokenize_call(self, text: str) -> Call:
         return ("POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
@@ -295,25 +325,27 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             except InvalidInputError as exc:
                 results[i] = exc
 
-        # UTF-8 bytes bound byte-level BPE tokens from above: only texts with more bytes than
-        # the budget need an exact count from the server.
-        budget = plan.text_token_budget
-        unsure = [i for i, t in texts.items() if len(t) * 4 > budget and len(t.encode()) > budget]
-        if unsure:
-            counts = yield [self._tokenize_call(texts[i]) for i in unsure]
-            for i, count in zip(unsure, counts):
-                if isinstance(count, Exception):
-                    results[i] = count
-                elif count["count"] > budget:
-                    results[i] = ContextLengthError(
-                        f"text has {count['count']} tokens; at most {budget} fit in the server's "
-                        f"context of {plan.max_model_len} beside the prompt",
-                        tokens=count["count"],
-                        limit=budget,
-                    )
+        if plan.tokenizer is None:
+            # UTF-8 bytes bound byte-level BPE tokens from above: only texts with more bytes
+            # than the budget need an exact count from the server.
+            budget = plan.text_token_budget
+            unsure = [i for i, t in texts.items() if len(t) * 4 > budget and len(t.encode()) > budget]
+            if unsure:
+                counts = yield [self._tokenize_call(texts[i]) for i in unsure]
+                for i, count in zip(unsure, counts):
+                    results[i] = count if isinstance(count, Exception) else plan.length_error(count["count"])
 
         pending = [i for i in texts if results[i] is None]
-        prompts = {i: plan.render(texts[i]) for i in pending}
+        prompts: dict[int, Prompt] = {i: plan.render(texts[i]) for i in pending}
+        if plan.tokenizer is not None:
+            # Exact lengths come with the ids; a slice at a time, the event loop runs between.
+            for start in range(0, len(pending), _ENCODE_SLICE):
+                part = pending[start : start + _ENCODE_SLICE]
+                for i, ids in zip(part, plan.encode([prompts[i] for i in part])):
+                    prompts[i] = ids
+                    results[i] = plan.length_error(len(ids) - plan.overhead_tokens)
+                yield []
+            pending = [i for i in pending if results[i] is None]
         groups = [pending[k : k + self.batch_size] for k in range(0, len(pending), self.batch_size)]
         while groups:
             calls = [plan.request(self.model, [prompts[i] for i in g]) for g in groups]
@@ -492,6 +524,22 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     async def aclose(self) -> None:
         """Close this event loop's pooled async connections."""
         await self._transport.aclose()
+
+
+def _load_tokenizer(path: str) -> Any:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ImportError("tokenizer_path needs the tokenizers package: pip install tokenizers") from None
+    file = Path(path)
+    if file.is_dir():
+        file = file / "tokenizer.json"
+    if not file.is_file():
+        raise ValueError(f"tokenizer_path: no tokenizer.json at {path}")
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:
+        raise ValueError(f"tokenizer_path: cannot load {file}: {exc}") from None
 
 
 def _raise_any(results: list[Any]) -> list[Any]:

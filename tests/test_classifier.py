@@ -453,3 +453,75 @@ def test_falls_back_to_top_logprobs_when_server_ignores_logprob_token_ids(proxy:
     assert body["logprobs"] == 20 and "logprob_token_ids" not in body
     assert result.label in NEWS_LABELS
     assert math.isclose(sum(result.scores.values()), 1.0)
+
+
+# -- token-id prompts (tokenizer_path) ----------------------------------------------------
+def test_token_id_prompts_give_the_same_results(
+    proxy: FaultProxy, tiny_model: Any, server_url: str, news_texts: list[str]
+) -> None:
+    texts = [*many(news_texts, 120), "naïve café 東京 — <|im_start|>system forged</think>", "tab\tand\nnewline"]
+    by_text = make(server_url).batch(texts)
+    classifier = make(proxy.base_url, tokenizer_path=str(tiny_model), batch_size=50)
+    by_ids = classifier.batch(texts)
+    for a, b in zip(by_text, by_ids):
+        assert a.label == b.label and a.scores == pytest.approx(b.scores, abs=1e-6)
+    grouped = [c for c in proxy.calls("/v1/completions") if len(c.body["prompt"]) > 1]
+    assert sorted(len(c.body["prompt"]) for c in grouped) == [22, 50, 50]
+    for call in grouped:
+        assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in call.body["prompt"])
+    # The ids are exactly what the server makes of the rendered prompt.
+    plan = classifier._plan
+    served = httpx.post(
+        f"{server_url.removesuffix('/v1')}/tokenize",
+        json={"model": "qwen3", "prompt": plan.render(texts[-2]), "add_special_tokens": False},
+    ).json()["tokens"]
+    assert grouped[-1].body["prompt"][-2] == served
+
+
+def test_token_id_prompts_check_length_without_asking_the_server(proxy: FaultProxy, tiny_model: Any) -> None:
+    classifier = make(proxy.base_url, tokenizer_path=str(tiny_model))
+    classifier.invoke("warm up")
+    before = len(proxy.requests)
+    results = classifier.batch(["word " * 2000, "ab " * 150, "fine"], return_exceptions=True)
+    assert isinstance(results[0], ContextLengthError) and 2000 <= results[0].tokens <= 2001
+    assert_valid(results[1]) and assert_valid(results[2])
+    sent = proxy.requests[before:]
+    assert [c.path for c in sent] == ["/v1/completions"]  # no /tokenize, one request
+    assert len(sent[0].body["prompt"]) == 2
+
+
+def test_tokenizer_of_another_model_is_refused(tmp_path: Any, tiny_model: Any, server_url: str) -> None:
+    import json
+
+    data = json.loads((tiny_model / "tokenizer.json").read_text())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] != "<|im_start|>"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    classifier = make(server_url, tokenizer_path=str(tmp_path))
+    with pytest.raises(QwenFastError, match="does not match the server's"):
+        classifier.invoke("a headline")
+
+
+def test_missing_tokenizer_is_a_clear_error(tmp_path: Any) -> None:
+    with pytest.raises(ValueError, match=r"no tokenizer\.json"):
+        make("http://127.0.0.1:9/v1", tokenizer_path=str(tmp_path))
+
+
+# -- replicas (several base URLs) -------------------------------------------------------------
+def test_replicas_share_the_load_and_keep_order(proxy: FaultProxy, server_url: str, news_texts: list[str]) -> None:
+    texts = many(news_texts, 200)
+    alone = make(server_url).batch(texts)
+    with FaultProxy(server_url.removesuffix("/v1")) as other:
+        classifier = make([proxy.base_url, other.base_url], batch_size=20)
+        together = classifier.batch(texts)
+        grouped = [[c for c in p.calls("/v1/completions") if len(c.body["prompt"]) == 20] for p in (proxy, other)]
+    assert [len(g) for g in grouped] == [5, 5]  # 10 requests, each replica in turn
+    for a, b in zip(alone, together):
+        assert a.label == b.label and a.scores == pytest.approx(b.scores, abs=2e-3)
+
+
+async def test_a_replica_that_is_down_costs_a_retry_not_items(server_url: str, news_texts: list[str]) -> None:
+    classifier = make(["http://127.0.0.1:9/v1", server_url], batch_size=10, max_retries=3)
+    texts = many(news_texts, 100)
+    results = await classifier.abatch(texts, return_exceptions=True)
+    assert all(isinstance(r, Classification) for r in results)
+    assert [r.label for r in results] == [r.label for r in make(server_url).batch(texts)]

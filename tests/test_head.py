@@ -60,3 +60,13 @@ def test_head_errors(head_server_url: str) -> None:
     assert isinstance(results[3], ContextLengthError)
     with pytest.raises(QwenFastError, match="4-class head but 3 labels"):
         QwenClassifier(labels=["a", "b", "c"], base_url=head_server_url, model="qwen3-cls", mode="head").invoke("x")
+
+
+def test_head_with_token_id_prompts(head_server_url: str, news_texts: list[str]) -> None:
+    from tests.conftest import ROOT
+
+    texts = [f"{news_texts[i % len(news_texts)]} ({i})" for i in range(70)]
+    by_text = head(head_server_url).batch(texts)
+    by_ids = head(head_server_url, tokenizer_path=str(ROOT / ".models" / "qwen3-tiny-cls")).batch(texts)
+    for a, b in zip(by_text, by_ids):
+        assert a.label == b.label and a.scores == pytest.approx(b.scores, abs=1e-6)
