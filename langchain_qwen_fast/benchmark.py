@@ -33,12 +33,30 @@ SYSTEM = f"{DEFAULT_INSTRUCTIONS}\nLabels: {', '.join(LABELS)}"
 _SUBJECTS = ["Stocks", "The striker", "Parliament", "A new chip", "Oil prices", "The coach", "Rebels", "NASA"]
 _VERBS = ["rally after", "fall before", "surprise analysts with", "shrug off", "react to", "win"]
 _OBJECTS = ["the rate decision", "a late goal", "the ceasefire talks", "quarterly results", "a launch"]
+_SOURCES = [
+    "Officials said on Tuesday that the move followed weeks of talks behind closed doors",
+    "People familiar with the matter said the plan had been drafted over the summer",
+    "A spokesperson declined to comment beyond a short written statement issued overnight",
+    "Local reporters described crowded scenes outside the main building late in the evening",
+]
+_OUTLOOKS = [
+    "and analysts expect further moves before the end of the quarter as markets adjust.",
+    "while critics warned that the details could still change once the full text is published.",
+    "and several rivals are expected to respond with announcements of their own next week.",
+]
+
+_CITIES = ["Geneva", "São Paulo", "Nairobi", "Seoul", "Chicago", "Madrid", "Jakarta"]
 
 
 def news_items(n: int) -> list[str]:
-    """``n`` distinct short news-like texts (no two alike, so the prefix cache gets no free hits)."""
-    base = [f"{s} {v} {o}" for s in _SUBJECTS for v in _VERBS for o in _OBJECTS]
-    return [f"{base[i % len(base)]}, report {i}" for i in range(n)]
+    """``n`` distinct news-like paragraphs of about 60 tokens (a prompt of about 100 tokens
+    with the classifier's instructions); no two alike, so the prefix cache gets no free hits."""
+    heads = [f"{s} {v} {o}" for s in _SUBJECTS for v in _VERBS for o in _OBJECTS]
+    return [
+        f"{heads[i % len(heads)]}, report {i}. {_SOURCES[i % len(_SOURCES)]}, {_OUTLOOKS[i % len(_OUTLOOKS)]}"
+        f" Filed from {_CITIES[i % len(_CITIES)]} at {i % 24:02d}:{i % 60:02d} local time, updated later."
+        for i in range(n)
+    ]
 
 
 class GpuSampler:
@@ -118,7 +136,9 @@ def _chat_messages(text: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
 
 
-def build_paths(base_url: str, model: str) -> tuple[dict[str, Callable[[str], Any]], dict[str, Any]]:
+def build_paths(
+    base_url: str, model: str, tokenizer: str | None
+) -> tuple[dict[str, Callable[[str], Any]], dict[str, Any]]:
     """The one-at-a-time callables and the objects the batch paths use."""
     import httpx
     from langchain_classic.chains import LLMChain
@@ -163,7 +183,16 @@ def build_paths(base_url: str, model: str) -> tuple[dict[str, Callable[[str], An
         "LLMChain(ChatOpenAI)": lambda t: llm_chain.invoke({"text": t}),
         "QwenClassifier.invoke": classifier.invoke,
     }
-    return one_at_a_time, {"chat": chat, "classifier": classifier}
+    objects = {"chat": chat, "classifier": classifier}
+    if tokenizer:
+        with_ids = QwenClassifier(labels=LABELS, base_url=base_url, model=model, tokenizer_path=tokenizer)
+        with_ids.invoke("warm-up")
+        one_at_a_time[f"QwenClassifier.invoke{IDS}"] = with_ids.invoke
+        objects["classifier_ids"] = with_ids
+    return one_at_a_time, objects
+
+
+IDS = ", token ids"  # suffix of the paths that send token-id prompts (tokenizer_path)
 
 
 def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) -> list[PathResult]:
@@ -196,27 +225,52 @@ def _timed(name: str, items: int, fn: Callable[[], Any]) -> PathResult:
     return PathResult(name, "batch", items, t1 - t0, time.process_time() - c0, window=(t0, t1))
 
 
-def run_batches(objects: dict[str, Any], texts: list[str], concurrency: int | None) -> list[PathResult]:
+def run_batches(
+    objects: dict[str, Any], texts: list[str], chat_texts: list[str], concurrency: int | None
+) -> list[PathResult]:
     from tqdm import tqdm
 
     chat, classifier = objects["chat"], objects["classifier"]
-    messages = [_chat_messages(t) for t in texts]
+    messages = [_chat_messages(t) for t in chat_texts]
     config = {"max_concurrency": concurrency} if concurrency else None
-    runs: list[tuple[str, Callable[[], Any]]] = [
-        ("ChatOpenAI.batch (default config)", lambda: chat.batch(messages)),
-        ("ChatOpenAI.abatch", lambda: asyncio.run(chat.abatch(messages, config=config))),
-        ("QwenClassifier.batch", lambda: classifier.batch(texts, config=config)),
-        ("QwenClassifier.abatch", lambda: asyncio.run(classifier.abatch(texts, config=config))),
+    runs: list[tuple[str, int, Callable[[], Any]]] = [
+        ("ChatOpenAI.batch (default config)", len(messages), lambda: chat.batch(messages)),
+        ("ChatOpenAI.abatch", len(messages), lambda: asyncio.run(chat.abatch(messages, config=config))),
     ]
-    results = []
-    for name, fn in tqdm(runs, desc="batch paths", unit="path"):
-        results.append(_timed(name, len(texts), fn))
+    runs += _classifier_runs("", classifier, texts, config)
+    if "classifier_ids" in objects:
+        runs += _classifier_runs(IDS, objects["classifier_ids"], texts, config)
+    return [_timed(name, n, fn) for name, n, fn in tqdm(runs, desc="batch paths", unit="path")]
+
+
+def _classifier_runs(
+    suffix: str, classifier: Any, texts: list[str], config: Any
+) -> list[tuple[str, int, Callable[[], Any]]]:
+    # Without return_exceptions a failed item raises: a run of failures cannot pass as fast.
+    return [
+        (f"QwenClassifier.batch{suffix}", len(texts), lambda: classifier.batch(texts, config=config)),
+        (f"QwenClassifier.abatch{suffix}", len(texts), lambda: asyncio.run(classifier.abatch(texts, config=config))),
+    ]
+
+
+def run_replicas(
+    urls: list[str], model: str, tokenizer: str | None, texts: list[str], invoke_texts: list[str]
+) -> list[PathResult]:
+    """QwenClassifier spread over several servers (replicas sharing the GPU)."""
+    from langchain_qwen_fast import QwenClassifier
+
+    classifier = QwenClassifier(labels=LABELS, base_url=urls, model=model, tokenizer_path=tokenizer)
+    for _ in urls:
+        classifier.invoke("warm-up")
+    suffix = f"{IDS if tokenizer else ''}, {len(urls)} replicas"
+    results = [_timed(name, n, fn) for name, n, fn in _classifier_runs(suffix, classifier, texts, None)]
+    results += run_one_at_a_time({f"QwenClassifier.invoke{suffix}": classifier.invoke}, invoke_texts)
     return results
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"| {'path':<36} | {'req/s':>8} | {'p50 ms':>7} | {'p95 ms':>7} | {'p99 ms':>7} "
+        f"| {'path':<46} | {'req/s':>8} | {'p50 ms':>7} | {'p95 ms':>7} | {'p99 ms':>7} "
         f"| {'CPU ms/req':>10} | {'× fastest':>9} |"
     )
     lines = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
@@ -226,7 +280,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
             return "" if v is None else f"{v:.2f}"
 
         lines.append(
-            f"| {r['path']:<36} | {r['requests_per_s']:>8.1f} | {f(r['p50_ms']):>7} | {f(r['p95_ms']):>7} | "
+            f"| {r['path']:<46} | {r['requests_per_s']:>8.1f} | {f(r['p50_ms']):>7} | {f(r['p95_ms']):>7} | "
             f"{f(r['p99_ms']):>7} | {r['client_cpu_ms_per_request']:>10.3f} | {r['ratio_to_fastest']:>9.3f} |"
         )
     return "\n".join(lines)
@@ -251,7 +305,14 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def sweep(base_url: str, model: str, items: int, sizes: list[int], concurrencies: list[int]) -> list[dict[str, Any]]:
+def sweep(
+    base_url: str | list[str],
+    model: str,
+    tokenizer: str | None,
+    items: int,
+    sizes: list[int],
+    concurrencies: list[int],
+) -> list[dict[str, Any]]:
     """QwenClassifier.abatch throughput for each (prompts per request, requests in flight)."""
     from langchain_qwen_fast import QwenClassifier
 
@@ -260,7 +321,12 @@ def sweep(base_url: str, model: str, items: int, sizes: list[int], concurrencies
     for size in sizes:
         for concurrency in concurrencies:
             classifier = QwenClassifier(
-                labels=LABELS, base_url=base_url, model=model, batch_size=size, max_concurrency=concurrency
+                labels=LABELS,
+                base_url=base_url,
+                model=model,
+                batch_size=size,
+                max_concurrency=concurrency,
+                tokenizer_path=tokenizer,
             )
             classifier.invoke("warm-up")
             t0 = time.perf_counter()
@@ -296,23 +362,81 @@ def offline_ceiling(model_dir: str, items: int) -> list[PathResult]:
 
 
 @contextlib.contextmanager
-def _server(args: argparse.Namespace) -> Iterator[str]:
+def _server(
+    args: argparse.Namespace, name: str = "server", extra: list[str] | None = None, profile: str | None = None
+) -> Iterator[str]:
     if args.base_url:
         yield args.base_url
         return
     from server.launcher import VLLMServer
 
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    log = Path(args.out) / "server.log"
     with VLLMServer(
         args.start_server,
-        profile=args.profile,
+        profile=profile or args.profile,  # type: ignore[arg-type]
         served_model_name=args.model,
-        log_path=log,
-        extra_args=args.server_arg,
+        log_path=Path(args.out) / f"{name}.log",
+        extra_args=[*args.server_arg, *(extra or [])],
     ) as server:
-        print(f"server ready in {server.startup_seconds:.0f} s at {server.base_url}")
+        print(f"{name} ready in {server.startup_seconds:.0f} s at {server.base_url}", flush=True)
         yield server.base_url
+
+
+# vLLM's own request histograms (present unless --disable-log-stats): where a request's time goes.
+_STAGES = {
+    "server_e2e": "vllm:e2e_request_latency_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+    "ttft": "vllm:time_to_first_token_seconds",
+}
+
+
+def _histogram_totals(root_url: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each stage's histogram from ``/metrics``; empty when stats are off."""
+    import httpx
+
+    text = httpx.get(f"{root_url}/metrics", timeout=10).text
+    totals: dict[str, tuple[float, float]] = {}
+    for stage, metric in _STAGES.items():
+        values = {}
+        for line in text.splitlines():
+            for part in ("_sum", "_count"):
+                if line.startswith(metric + part):
+                    values[part] = values.get(part, 0.0) + float(line.rsplit(" ", 1)[1])
+        if len(values) == 2:
+            totals[stage] = (values["_sum"], values["_count"])
+    return totals
+
+
+def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None) -> dict[str, Any]:
+    """A short measurement of one server configuration: one-at-a-time latency (raw HTTP and
+    QwenClassifier with token ids, with vLLM's own per-stage means when it keeps stats) and
+    QwenClassifier.abatch throughput with text and token-id prompts."""
+    paths, objects = build_paths(url, args.model, args.tokenizer)
+    keep = ["raw HTTP (httpx), same request", "QwenClassifier.invoke"] + (
+        [f"QwenClassifier.invoke{IDS}"] * bool(args.tokenizer)
+    )
+    root = url.rstrip("/").removesuffix("/v1")
+    before = _histogram_totals(root)
+    results = run_one_at_a_time({k: paths[k] for k in keep}, news_items(args.invoke_items))
+    after = _histogram_totals(root)
+    texts = news_items(args.items)
+    runs = _classifier_runs("", objects["classifier"], texts, None)
+    if "classifier_ids" in objects:
+        runs += _classifier_runs(IDS, objects["classifier_ids"], texts, None)
+    results += [_timed(name, n, fn) for name, n, fn in runs if ".abatch" in name]
+    row: dict[str, Any] = {}
+    for r in results:
+        gpu = sampler.window(*r.window) if sampler else {}
+        row[r.name] = {"requests_per_s": round(r.rps, 1), "p50_ms": _round(r.percentile(50)), **gpu}
+    stages = {
+        stage: round((after[stage][0] - before[stage][0]) / (after[stage][1] - before[stage][1]) * 1000, 3)
+        for stage in after
+        if stage in before and after[stage][1] > before[stage][1]
+    }
+    if stages:
+        row["server_stage_mean_ms (one at a time)"] = stages
+    return row
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -320,14 +444,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--base-url", help="a running vLLM server (…/v1)")
     where.add_argument("--start-server", metavar="MODEL", help="start a local server for MODEL (dir or hub id)")
-    parser.add_argument("--profile", default="auto", choices=["auto", "cpu", "gpu"])
+    parser.add_argument("--profile", default="auto", choices=["auto", "cpu", "gpu", "default"])
     parser.add_argument(
         "--server-arg", action="append", default=[], help="extra vLLM flag for --start-server (repeatable)"
     )
     parser.add_argument("--model", default="qwen3", help="served model name")
+    parser.add_argument(
+        "--tokenizer",
+        help="the model's tokenizer (dir or tokenizer.json): adds the token-id prompt paths "
+        "(default: MODEL of --start-server when it has a tokenizer.json; 'none' turns them off)",
+    )
     parser.add_argument("--items", type=int, default=512, help="items for the batch paths")
+    parser.add_argument("--chat-items", type=int, help="items for ChatOpenAI.batch/.abatch (default: --items)")
     parser.add_argument("--invoke-items", type=int, default=200, help="items for each one-at-a-time path")
     parser.add_argument("--concurrency", type=int, help="max_concurrency for abatch/batch (default: each's own)")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="with --start-server: then start more servers on the same GPU "
+        "and measure QwenClassifier spread over all of them",
+    )
+    parser.add_argument(
+        "--compare-flags",
+        metavar="JSON",
+        help='instead of the comparison: {"name": ["--vllm-flag", ...], ...}; starts a server per entry '
+        "(profile + flags) and measures latency, throughput, GPU memory and vLLM's stage times",
+    )
     parser.add_argument("--out", default="out/benchmark", help="folder for results.json and chart.png")
     parser.add_argument("--label", default="", help="free text naming the machine/model, kept in the JSON")
     parser.add_argument("--sweep", action="store_true", help="also sweep batch_size × max_concurrency")
@@ -336,15 +479,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--offline-ceiling", action="store_true", help="also run vLLM's offline engine (needs --start-server)"
     )
     args = parser.parse_args(argv)
+    if args.tokenizer is None and args.start_server and (Path(args.start_server) / "tokenizer.json").is_file():
+        args.tokenizer = args.start_server
+    if args.tokenizer == "none":
+        args.tokenizer = None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     sampler = GpuSampler() if args.gpu_sample else None
-    swept: list[dict[str, Any]] = []
+    if args.compare_flags:
+        return _compare_flags(args, sampler, out)
 
-    with _server(args) as url:
-        one_paths, objects = build_paths(url, args.model)
+    swept: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as servers:
+        url = servers.enter_context(_server(args))
+        one_paths, objects = build_paths(url, args.model, args.tokenizer)
+        prompt_tokens = _prompt_tokens(objects["classifier"], news_items(64))
         results = run_one_at_a_time(one_paths, news_items(args.invoke_items))
-        results += run_batches(objects, news_items(args.items), args.concurrency)
+        results += run_batches(
+            objects, news_items(args.items), news_items(args.chat_items or args.items), args.concurrency
+        )
+        urls = [url]
+        if args.replicas > 1 and args.start_server:
+            urls += [servers.enter_context(_server(args, f"server-{k}")) for k in range(1, args.replicas)]
+            results += run_replicas(
+                urls, args.model, args.tokenizer, news_items(args.items), news_items(args.invoke_items)
+            )
         if args.sweep:
-            swept = sweep(url, args.model, args.items, [16, 32, 64, 128, 256], [2, 4, 8, 16, 32])
+            in_flight = [n * len(urls) for n in (4, 8, 16)]
+            swept = sweep(
+                urls if len(urls) > 1 else url, args.model, args.tokenizer, args.items, [64, 128, 256], in_flight
+            )
     if args.offline_ceiling:
         results += offline_ceiling(args.start_server, args.items)
     if sampler is not None:
@@ -356,9 +520,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = [r.summary(fastest) for r in results]
     by_name = {r.name: r for r in results}
     raw, ours = by_name["raw HTTP (httpx), same request"], by_name["QwenClassifier.invoke"]
+    chat_batch = by_name["ChatOpenAI.batch (default config)"].rps
     checks = {
-        "QwenClassifier.batch / ChatOpenAI.batch": round(
-            by_name["QwenClassifier.batch"].rps / by_name["ChatOpenAI.batch (default config)"].rps, 2
+        "QwenClassifier.batch / ChatOpenAI.batch": round(by_name["QwenClassifier.batch"].rps / chat_batch, 2),
+        "best QwenClassifier batch path / ChatOpenAI.batch": round(
+            max(r.rps for r in results if r.name.startswith("QwenClassifier.") and "batch" in r.name) / chat_batch, 2
         ),
         "QwenClassifier.invoke p50 - raw HTTP p50 (ms)": round(ours.percentile(50) - raw.percentile(50), 3),
         "LCEL p50 - ChatOpenAI.invoke p50 (ms)": round(
@@ -372,15 +538,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "label": args.label,
         "machine": f"{platform.node()} {platform.machine()} python {platform.python_version()}",
+        "server_args": args.server_arg,
+        "replicas": len(urls),
         "items": args.items,
+        "chat_items": args.chat_items or args.items,
         "invoke_items": args.invoke_items,
+        "prompt_tokens": prompt_tokens,
         "rows": rows,
         "checks": checks,
         "sweep": swept,
         "latencies_ms": {r.name: r.latencies_ms for r in results if r.latencies_ms},
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1))
     plot(rows, out / "chart.png", f"{args.label or url}  ({report['date']})")
     print()
@@ -389,6 +557,48 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for key, value in checks.items():
         print(f"{key}: {value}")
     print(f"\nwrote {out / 'results.json'} and {out / 'chart.png'}")
+    return report
+
+
+def _prompt_tokens(classifier: Any, texts: list[str]) -> dict[str, float]:
+    """Token counts of the rendered prompts, from the server's own tokeniser."""
+    plan = classifier._plan
+    counts = [
+        classifier._transport.request(
+            "POST", "/tokenize", {"model": classifier.model, "prompt": plan.render(t), "add_special_tokens": False}
+        )["count"]
+        for t in texts
+    ]
+    return {"mean": round(sum(counts) / len(counts), 1), "min": min(counts), "max": max(counts)}
+
+
+def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Path) -> dict[str, Any]:
+    """Each entry of the JSON file: ``{"profile": "gpu"|"default"|..., "flags": [...]}``."""
+    configs: dict[str, dict[str, Any]] = json.loads(Path(args.compare_flags).read_text())
+    runs: dict[str, Any] = {}
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "label": args.label, "runs": runs}
+    for n, (name, config) in enumerate(configs.items()):
+        profile, flags = config.get("profile", args.profile), config.get("flags", [])
+        t0 = time.perf_counter()
+        try:
+            with _server(args, f"flags-{n}", flags, profile) as url:
+                started = time.perf_counter() - t0
+                runs[name] = {"profile": profile, "flags": flags, "startup_s": round(started, 1)}
+                runs[name].update(measure_flags(url, args, sampler))
+        except Exception as exc:  # one configuration that does not start must not lose the others
+            runs[name] = {"profile": profile, "flags": flags, "error": f"{type(exc).__name__}: {str(exc)[-2000:]}"}
+        (out / "flags.json").write_text(json.dumps(report, indent=1))
+        print(name, json.dumps(runs[name], indent=1), flush=True)
+    if args.offline_ceiling:
+        offline = offline_ceiling(args.start_server, args.items)
+        report["offline"] = {
+            r.name: {"requests_per_s": round(r.rps, 1), **(sampler.window(*r.window) if sampler else {})}
+            for r in offline
+        }
+        (out / "flags.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps(report["offline"], indent=1), flush=True)
+    if sampler is not None:
+        sampler.stop()
     return report
 
 

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# One command on a GPU host (vLLM importable, e.g. PYTHONPATH=/tmp/site:$PWD on the lent H200):
-# builds the random-weight Qwen3-0.6B-shaped model, starts the server with the GPU profile,
-# runs the side-by-side comparison with GPU sampling and the batch-size sweep, then vLLM's
-# offline ceiling on the same prompts. Results go to ${OUT:-out}/gpu-bench.
-#   usage: bash server/gpu_benchmark.sh [TOKENIZER_DIR]
+# One command on a GPU host (vLLM importable, e.g. PYTHONPATH=/tmp/site:$PWD on the lent H200).
+# Builds the random-weight Qwen3-0.6B-shaped model, then either
+#   bash server/gpu_benchmark.sh [TOKENIZER_DIR]
+#     the side-by-side comparison: the server with the GPU profile, every path (token-id paths
+#     included) with GPU sampling, then REPLICAS (default 2) servers sharing the GPU and the
+#     batch-size sweep over them; OFFLINE=1 adds vLLM's offline ceiling;
+#   FLAGS=server/gpu_flags.json bash server/gpu_benchmark.sh [TOKENIZER_DIR]
+#     one server per configuration in FLAGS, each measured briefly (latency, throughput, GPU
+#     memory, vLLM's own stage times when it keeps stats); OFFLINE=1 adds the offline ceiling.
+# Results go to ${OUT:-out}/gpu-bench.
 set -euo pipefail
 out=${OUT:-out}/gpu-bench
 mkdir -p "$out"
 tok=${1:-}
 model=/tmp/qwen3-0.6b-random
-python3 -m server.test_model --size 0.6b --out "$model" ${tok:+--tokenizer-from "$tok"}
+[ -f "$model/config.json" ] || python3 -m server.test_model --size 0.6b --out "$model" ${tok:+--tokenizer-from "$tok"}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-python3 -m langchain_qwen_fast.benchmark --start-server "$model" --profile gpu \
-  --items "${ITEMS:-8192}" --invoke-items "${INVOKE_ITEMS:-300}" --gpu-sample --sweep \
-  ${OFFLINE:+--offline-ceiling} ${SERVER_ARGS:+$SERVER_ARGS} --out "$out" \
-  --label "$(head -1 "$out/gpu.txt" | cut -d, -f1), vLLM $(python3 -c 'import vllm; print(vllm.__version__)'), random Qwen3-0.6B shape"
+label="$(head -1 "$out/gpu.txt" | cut -d, -f1), vLLM $(python3 -c 'import vllm; print(vllm.__version__)'), random Qwen3-0.6B shape"
+common=(--start-server "$model" --profile gpu --tokenizer "$model" --gpu-sample --out "$out" --label "$label"
+        --items "${ITEMS:-8192}" --invoke-items "${INVOKE_ITEMS:-200}" ${OFFLINE:+--offline-ceiling})
+if [ -n "${FLAGS:-}" ]; then
+  python3 -m langchain_qwen_fast.benchmark "${common[@]}" --compare-flags "$FLAGS"
+else
+  python3 -m langchain_qwen_fast.benchmark "${common[@]}" --chat-items "${CHAT_ITEMS:-2048}" \
+    --replicas "${REPLICAS:-2}" --sweep ${SERVER_ARGS:+$SERVER_ARGS}
+fi
