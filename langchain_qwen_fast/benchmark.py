@@ -573,12 +573,18 @@ def _prompt_tokens(classifier: Any, texts: list[str]) -> dict[str, float]:
 
 
 def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Path) -> dict[str, Any]:
-    """Each entry of the JSON file: ``{"profile": "gpu"|"default"|..., "flags": [...]}``."""
+    """Each entry of the JSON file: ``{"profile": "gpu", "drop": [...], "flags": [...]}``: the
+    profile's flags without those in ``drop`` (and their values), then ``flags``."""
+    from server.launcher import PROFILES
+
     configs: dict[str, dict[str, Any]] = json.loads(Path(args.compare_flags).read_text())
     runs: dict[str, Any] = {}
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "label": args.label, "runs": runs}
     for n, (name, config) in enumerate(configs.items()):
-        profile, flags = config.get("profile", args.profile), config.get("flags", [])
+        profile, flags = config.get("profile", args.profile), list(config.get("flags", []))
+        if config.get("drop"):
+            flags = _drop_flags(list(PROFILES[profile].args), config["drop"]) + flags
+            profile = "default"
         t0 = time.perf_counter()
         try:
             with _server(args, f"flags-{n}", flags, profile) as url:
@@ -600,6 +606,18 @@ def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Pa
     if sampler is not None:
         sampler.stop()
     return report
+
+
+def _drop_flags(args: list[str], drop: list[str]) -> list[str]:
+    """``args`` without the flags in ``drop`` and the values that follow them."""
+    kept: list[str] = []
+    skipping = False
+    for arg in args:
+        if arg.startswith("--"):
+            skipping = arg in drop
+        if not skipping:
+            kept.append(arg)
+    return kept
 
 
 if __name__ == "__main__":

@@ -51,7 +51,10 @@ def test_server_binds_loopback_and_stops_its_whole_group(server_url: str) -> Non
 def test_profiles_are_tuned_for_classification() -> None:
     assert PROFILES["cpu"].env["VLLM_CPU_KVCACHE_SPACE"]
     gpu = PROFILES["gpu"].args
-    assert gpu[gpu.index("--gpu-memory-utilization") + 1] == "0.1"
+    # A KV cache sized for short prompts (not 92 % of the card) and full CUDA graphs.
+    assert gpu[gpu.index("--kv-cache-memory-bytes") + 1] == "2G"
+    assert json.loads(gpu[gpu.index("--compilation-config") + 1]) == {"cudagraph_mode": "FULL"}
+    assert PROFILES["default"].args == ()  # vLLM's own defaults, for comparisons
 
 
 def test_stop_kills_the_process_group(tiny_model: Path, tmp_path: Path) -> None:
