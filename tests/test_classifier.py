@@ -475,7 +475,8 @@ def test_token_id_prompts_give_the_same_results(
         f"{server_url.removesuffix('/v1')}/tokenize",
         json={"model": "qwen3", "prompt": plan.render(texts[-2]), "add_special_tokens": False},
     ).json()["tokens"]
-    assert grouped[-1].body["prompt"][-2] == served
+    last_group = next(c for c in grouped if len(c.body["prompt"]) == 22)  # requests finish in any order
+    assert last_group.body["prompt"][-2] == served
 
 
 def test_token_id_prompts_check_length_without_asking_the_server(proxy: FaultProxy, tiny_model: Any) -> None:
