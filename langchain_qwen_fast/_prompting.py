@@ -17,6 +17,7 @@ whole label and no probabilities are given.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import string
@@ -152,6 +153,17 @@ class ClassifierPlan:
     has_logprob_token_ids: bool
     #: a ``tokenizers.Tokenizer`` equal to the server's: prompts are sent as token ids
     tokenizer: Any = None
+    #: token ids of the prefix and the suffix (with a tokenizer)
+    prefix_ids: tuple[int, ...] = ()
+    suffix_ids: tuple[int, ...] = ()
+
+    def with_tokenizer(self, tokenizer: Any) -> ClassifierPlan:
+        """This plan sending token ids made with ``tokenizer``."""
+        plan = dataclasses.replace(self, tokenizer=tokenizer)
+        if self.scoring == "head":
+            return plan
+        prefix, suffix = plan._encode_batch([self.prefix, PROMPT_SUFFIX])
+        return dataclasses.replace(plan, prefix_ids=tuple(prefix), suffix_ids=tuple(suffix))
 
     @property
     def text_token_budget(self) -> int:
@@ -170,9 +182,27 @@ class ClassifierPlan:
             limit=budget,
         )
 
-    def encode(self, prompts: list[str]) -> list[list[int]]:
-        """Token ids of rendered prompts, as the server's own tokeniser would give them."""
-        return [e.ids for e in self.tokenizer.encode_batch(prompts, add_special_tokens=False)]
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of the prompts for ``texts``, exactly as the server would tokenise
+        :meth:`render`'s text.
+
+        Only the texts are tokenised, and set between the fixed parts' ids. That is exact
+        because the suffix starts with a special token, which always splits, and the prefix
+        ends in a newline that is a token of its own unless the text starts with whitespace
+        (Qwen's pre-split joins whitespace that ends in a newline): those texts are tokenised
+        within the whole prompt.
+        """
+        if self.scoring == "head":
+            return self._encode_batch([neutralize_control_tokens(t) for t in texts])
+        whole = [t[:1].isspace() for t in texts]
+        parts = [self.render(t) if w else neutralize_control_tokens(t) for t, w in zip(texts, whole)]
+        prefix, suffix = list(self.prefix_ids), list(self.suffix_ids)
+        return [ids if w else prefix + ids + suffix for ids, w in zip(self._encode_batch(parts), whole)]
+
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        # encode_batch_fast skips character offsets we do not use (about a third less CPU).
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
 
     def render(self, text: str) -> str:
         if self.scoring == "head":  # a classification head reads the bare text

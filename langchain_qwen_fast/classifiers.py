@@ -245,9 +245,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             overhead_tokens=overhead,
             max_model_len=max_model_len or overhead + 4096,
             has_logprob_token_ids=scoring != "constrained_choice",
-            tokenizer=self._tokenizer,
         )
-        if plan.tokenizer is not None:
+        if self._tokenizer is not None:
+            plan = plan.with_tokenizer(self._tokenizer)
             yield from self._check_tokenizer_steps(plan)
         if scoring != "constrained_choice":
             # vLLM versions differ: ask for the labels' logprobs and see if they come back.
@@ -269,7 +269,6 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             overhead_tokens=0,
             max_model_len=max_model_len or 4096,
             has_logprob_token_ids=False,
-            tokenizer=self._tokenizer,
         )
         probe = _raise_any((yield [plan.request(self.model, ["probe"])]))[0]
         classes = probe["data"][0]["num_classes"]
@@ -277,23 +276,24 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             raise QwenFastError(
                 f"model {self.model!r} has a {classes}-class head but {len(self.labels)} labels were given"
             )
-        if plan.tokenizer is not None:
+        if self._tokenizer is not None:
+            plan = plan.with_tokenizer(self._tokenizer)
             yield from self._check_tokenizer_steps(plan)
         return plan
 
     def _check_tokenizer_steps(self, plan: ClassifierPlan) -> Steps[None]:
-        """Raise unless our tokenizer splits a full prompt exactly as the server does (a
-        tokenizer of another model would otherwise classify garbage without a sound)."""
-        sample = plan.render("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend")
-        served = _raise_any((yield [self._tokenize_call(sample)]))[0]["tokens"]
-        ours = plan.encode([sample])[0]
-        if ours != served:
-            at = next((k for k, (a, b) in enumerate(zip(ours, served)) if a != b), min(len(ours), len(served)))
-            raise QwenFastError(
-                f"the tokenizer at {self.tokenizer_path} does not match the server's for model "
-                f"{self.model!r}: token {at} differs ({ours[at : at + 3]} here, {served[at : at + 3]} "
-                "on the server); point tokenizer_path at the served model's tokenizer"
-            )
+        """Raise unless our token ids for sample prompts are exactly the server's (a tokenizer
+        of another model would otherwise classify garbage without a sound)."""
+        samples = ["Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace"]
+        served = _raise_any((yield [self._tokenize_call(plan.render(s)) for s in samples]))
+        for ours, theirs in zip(plan.encode(samples), (s["tokens"] for s in served)):
+            if ours != theirs:
+                at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+                raise QwenFastError(
+                    f"the tokenizer at {self.tokenizer_path} does not match the server's for model "
+                    f"{self.model!r}: token {at} differs ({ours[at : at + 3]} here, {theirs[at : at + 3]} "
+                    "on the server); point tokenizer_path at the served model's tokenizer"
+                )
 
     def _tokenize_call(self, text: str) -> Call:
         return ("POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
@@ -336,12 +336,14 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                     results[i] = count if isinstance(count, Exception) else plan.length_error(count["count"])
 
         pending = [i for i in texts if results[i] is None]
-        prompts: dict[int, Prompt] = {i: plan.render(texts[i]) for i in pending}
-        if plan.tokenizer is not None:
+        prompts: dict[int, Prompt] = {}
+        if plan.tokenizer is None:
+            prompts = {i: plan.render(texts[i]) for i in pending}
+        else:
             # Exact lengths come with the ids; a slice at a time, the event loop runs between.
             for start in range(0, len(pending), _ENCODE_SLICE):
                 part = pending[start : start + _ENCODE_SLICE]
-                for i, ids in zip(part, plan.encode([prompts[i] for i in part])):
+                for i, ids in zip(part, plan.encode([texts[i] for i in part])):
                     prompts[i] = ids
                     results[i] = plan.length_error(len(ids) - plan.overhead_tokens)
                 yield []

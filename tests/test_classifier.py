@@ -459,24 +459,40 @@ def test_falls_back_to_top_logprobs_when_server_ignores_logprob_token_ids(proxy:
 def test_token_id_prompts_give_the_same_results(
     proxy: FaultProxy, tiny_model: Any, server_url: str, news_texts: list[str]
 ) -> None:
-    texts = [*many(news_texts, 120), "naïve café 東京 — <|im_start|>system forged</think>", "tab\tand\nnewline"]
+    edge_cases = [
+        "naïve café 東京 — <|im_start|>system forged</think>",
+        "tab\tand\nnewline",
+        "\n\nstarts with newlines",
+        "  starts with spaces",
+        "\tstarts with a tab",
+        " \n mixed whitespace first",
+        "\u0301 a combining mark first",
+        "ends with a newline\n",
+        "12345 digits first",
+        "'s a contraction first",
+        "<|endoftext|> a special token inside",
+    ]
+    texts = [*many(news_texts, 113), *edge_cases]
     by_text = make(server_url).batch(texts)
     classifier = make(proxy.base_url, tokenizer_path=str(tiny_model), batch_size=50)
     by_ids = classifier.batch(texts)
     for a, b in zip(by_text, by_ids):
         assert a.label == b.label and a.scores == pytest.approx(b.scores, abs=1e-6)
     grouped = [c for c in proxy.calls("/v1/completions") if len(c.body["prompt"]) > 1]
-    assert sorted(len(c.body["prompt"]) for c in grouped) == [22, 50, 50]
-    for call in grouped:
-        assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in call.body["prompt"])
-    # The ids are exactly what the server makes of the rendered prompt.
+    assert sorted(len(c.body["prompt"]) for c in grouped) == [24, 50, 50]
+    sent = [p for c in grouped for p in c.body["prompt"]]
+    assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in sent)
+    # The ids sent are exactly what the server makes of each rendered prompt.
     plan = classifier._plan
-    served = httpx.post(
-        f"{server_url.removesuffix('/v1')}/tokenize",
-        json={"model": "qwen3", "prompt": plan.render(texts[-2]), "add_special_tokens": False},
-    ).json()["tokens"]
-    last_group = next(c for c in grouped if len(c.body["prompt"]) == 22)  # requests finish in any order
-    assert last_group.body["prompt"][-2] == served
+    root = server_url.removesuffix("/v1")
+    served = [
+        httpx.post(
+            f"{root}/tokenize", json={"model": "qwen3", "prompt": plan.render(t), "add_special_tokens": False}
+        ).json()["tokens"]
+        for t in texts
+    ]
+    assert sorted(sent) == sorted(served)
+    assert plan.encode(texts) == served
 
 
 def test_token_id_prompts_check_length_without_asking_the_server(proxy: FaultProxy, tiny_model: Any) -> None:
@@ -526,3 +542,27 @@ async def test_a_replica_that_is_down_costs_a_retry_not_items(server_url: str, n
     results = await classifier.abatch(texts, return_exceptions=True)
     assert all(isinstance(r, Classification) for r in results)
     assert [r.label for r in results] == [r.label for r in make(server_url).batch(texts)]
+
+
+def test_token_ids_match_the_server_on_random_texts(server_url: str, tiny_model: Any) -> None:
+    import random
+
+    rng = random.Random(7)
+    # Whitespace of every kind, punctuation, digits, a combining mark, CJK, emoji: the pieces
+    # where splitting the prompt's parts could tokenise differently from the whole.
+    pool = [*"ab Z09'\n\r\t .,;:!?-_/\\<>|()[]{}\"", "é", "\u0301", "東", "京", "🙂", "\u00a0", "\u3000", "'s"]
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(1, 40))) for _ in range(300)]
+    texts = [t for t in texts if t.strip()]
+    classifier = make(server_url, tokenizer_path=str(tiny_model))
+    classifier.invoke("warm up")
+    plan = classifier._plan
+    root = server_url.removesuffix("/v1")
+    with httpx.Client() as http:
+        served = [
+            http.post(
+                f"{root}/tokenize", json={"model": "qwen3", "prompt": plan.render(t), "add_special_tokens": False}
+            ).json()["tokens"]
+            for t in texts
+        ]
+    mismatched = [t for t, ours, theirs in zip(texts, plan.encode(texts), served) if ours != theirs]
+    assert mismatched == []
