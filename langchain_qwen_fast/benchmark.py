@@ -102,6 +102,8 @@ class PathResult:
     latencies_ms: list[float] = field(default_factory=list, repr=False)
     window: tuple[float, float] = (0.0, 0.0)
     gpu: dict[str, float | None] = field(default_factory=dict)
+    #: cores the servers' processes kept busy during the path, by role (see server_cpu_seconds)
+    server_cores: dict[str, float] = field(default_factory=dict)
 
     @property
     def rps(self) -> float:
@@ -125,7 +127,44 @@ class PathResult:
             "client_cpu_ms_per_request": round(self.cpu_seconds / self.items * 1000, 3),
             "ratio_to_fastest": round(self.rps / fastest_rps, 3),
             **self.gpu,
+            **(
+                {"cores_busy": {"client": round(self.cpu_seconds / self.seconds, 2), **self.server_cores}}
+                if self.server_cores
+                else {}
+            ),
         }
+
+
+#: pids of the servers this run started (their API processes); their process trees are measured.
+_SERVER_PIDS: list[int] = []
+
+
+def server_cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by the started servers' processes, by role: the API process,
+    the engine core (vLLM titles it ``VLLM::EngineCore``) and any other. Empty without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    totals = {"api_server": 0.0, "engine_core": 0.0, "other": 0.0}
+    for pid in _SERVER_PIDS:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in procs:
+            try:
+                times, name = proc.cpu_times(), proc.name()
+            except psutil.Error:
+                continue
+            role = "engine_core" if "EngineCor" in name else "api_server" if proc.pid == pid else "other"
+            totals[role] += times.user + times.system
+    return totals if _SERVER_PIDS else {}
+
+
+def _cores(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    return {role: round((after[role] - before[role]) / seconds, 2) for role in after if role in before}
 
 
 def _round(value: float | None) -> float | None:
@@ -203,6 +242,7 @@ def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) 
     names = list(paths)
     for fn in paths.values():  # warm every client's connection
         fn("warm-up")
+    cpu_before = server_cpu_seconds()
     start = time.perf_counter()
     for i, text in enumerate(tqdm(texts, desc="one at a time", unit="item")):
         rotation = names[i % len(names) :] + names[: i % len(names)]
@@ -211,18 +251,31 @@ def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) 
             paths[name](text)
             latencies[name].append((time.perf_counter() - t0) * 1000)
             cpu[name] += time.process_time() - c0
-    window = (start, time.perf_counter())  # interleaved: all share one window
+    window = (start, time.perf_counter())  # interleaved: all share one window (and server CPU figures)
+    cores = _cores(cpu_before, server_cpu_seconds(), window[1] - window[0])
     return [
-        PathResult(name, "one-at-a-time", len(texts), sum(latencies[name]) / 1000, cpu[name], latencies[name], window)
+        PathResult(
+            name,
+            "one-at-a-time",
+            len(texts),
+            sum(latencies[name]) / 1000,
+            cpu[name],
+            latencies[name],
+            window,
+            {},
+            cores,
+        )
         for name in names
     ]
 
 
 def _timed(name: str, items: int, fn: Callable[[], Any]) -> PathResult:
+    before = server_cpu_seconds()
     c0, t0 = time.process_time(), time.perf_counter()
     fn()
     t1 = time.perf_counter()
-    return PathResult(name, "batch", items, t1 - t0, time.process_time() - c0, window=(t0, t1))
+    cores = _cores(before, server_cpu_seconds(), t1 - t0)
+    return PathResult(name, "batch", items, t1 - t0, time.process_time() - c0, window=(t0, t1), server_cores=cores)
 
 
 def run_batches(
@@ -271,7 +324,7 @@ def run_replicas(
 def render_table(rows: list[dict[str, Any]]) -> str:
     head = (
         f"| {'path':<46} | {'req/s':>8} | {'p50 ms':>7} | {'p95 ms':>7} | {'p99 ms':>7} "
-        f"| {'CPU ms/req':>10} | {'× fastest':>9} |"
+        f"| {'CPU ms/req':>10} | {'× fastest':>9} | {'cores: client/API/engine':>24} |"
     )
     lines = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
     for r in rows:
@@ -279,9 +332,12 @@ def render_table(rows: list[dict[str, Any]]) -> str:
         def f(v: float | None) -> str:
             return "" if v is None else f"{v:.2f}"
 
+        busy = r.get("cores_busy")
+        cores = f"{busy['client']:.2f}/{busy['api_server']:.2f}/{busy['engine_core']:.2f}" if busy else ""
         lines.append(
             f"| {r['path']:<46} | {r['requests_per_s']:>8.1f} | {f(r['p50_ms']):>7} | {f(r['p95_ms']):>7} | "
-            f"{f(r['p99_ms']):>7} | {r['client_cpu_ms_per_request']:>10.3f} | {r['ratio_to_fastest']:>9.3f} |"
+            f"{f(r['p99_ms']):>7} | {r['client_cpu_ms_per_request']:>10.3f} | {r['ratio_to_fastest']:>9.3f} "
+            f"| {cores:>24} |"
         )
     return "\n".join(lines)
 
@@ -379,7 +435,12 @@ def _server(
         extra_args=[*args.server_arg, *(extra or [])],
     ) as server:
         print(f"{name} ready in {server.startup_seconds:.0f} s at {server.base_url}", flush=True)
-        yield server.base_url
+        assert server.pid is not None
+        _SERVER_PIDS.append(server.pid)
+        try:
+            yield server.base_url
+        finally:
+            _SERVER_PIDS.remove(server.pid)
 
 
 # vLLM's own request histograms (present unless --disable-log-stats): where a request's time goes.
@@ -428,7 +489,8 @@ def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None
     row: dict[str, Any] = {}
     for r in results:
         gpu = sampler.window(*r.window) if sampler else {}
-        row[r.name] = {"requests_per_s": round(r.rps, 1), "p50_ms": _round(r.percentile(50)), **gpu}
+        summary = r.summary(r.rps)
+        row[r.name] = {k: summary[k] for k in ("requests_per_s", "p50_ms", "cores_busy") if k in summary} | gpu
     stages = {
         stage: round((after[stage][0] - before[stage][0]) / (after[stage][1] - before[stage][1]) * 1000, 3)
         for stage in after
