@@ -33,7 +33,7 @@ DEFAULT_INSTRUCTIONS = "Classify the text. Answer with one label only."
 
 # Tokenisation at a boundary between prompt parts can differ by a token from the parts
 # counted apart; keep this much room when a text's tokens are counted on their own.
-BOUNDARY_MARGIN = 2
+_BOUNDARY_MARGIN = 2
 
 #: A rendered prompt: text, or the token ids of that text.
 Prompt = str | list[int]
@@ -168,7 +168,7 @@ class ClassifierPlan:
     @property
     def text_token_budget(self) -> int:
         """Most text tokens that fit beside the prompt and the answer."""
-        return self.max_model_len - self.overhead_tokens - BOUNDARY_MARGIN - self.max_tokens
+        return self.max_model_len - self.overhead_tokens - _BOUNDARY_MARGIN - self.max_tokens
 
     def length_error(self, text_tokens: int) -> ContextLengthError | None:
         """The error for a text of ``text_tokens`` tokens that does not fit, else None."""

@@ -283,17 +283,25 @@ def run_batches(
 ) -> list[PathResult]:
     from tqdm import tqdm
 
-    chat, classifier = objects["chat"], objects["classifier"]
+    chat = objects["chat"]
     messages = [_chat_messages(t) for t in chat_texts]
     config = {"max_concurrency": concurrency} if concurrency else None
     runs: list[tuple[str, int, Callable[[], Any]]] = [
         ("ChatOpenAI.batch (default config)", len(messages), lambda: chat.batch(messages)),
         ("ChatOpenAI.abatch", len(messages), lambda: asyncio.run(chat.abatch(messages, config=config))),
     ]
-    runs += _classifier_runs("", classifier, texts, config)
+    runs += _all_classifier_runs(objects, texts, config)
+    return [_timed(name, n, fn) for name, n, fn in tqdm(runs, desc="batch paths", unit="path")]
+
+
+def _all_classifier_runs(
+    objects: dict[str, Any], texts: list[str], config: Any
+) -> list[tuple[str, int, Callable[[], Any]]]:
+    """The batch runs of the text classifier and, with a tokenizer, the token-id one."""
+    runs = _classifier_runs("", objects["classifier"], texts, config)
     if "classifier_ids" in objects:
         runs += _classifier_runs(IDS, objects["classifier_ids"], texts, config)
-    return [_timed(name, n, fn) for name, n, fn in tqdm(runs, desc="batch paths", unit="path")]
+    return runs
 
 
 def _classifier_runs(
@@ -474,17 +482,12 @@ def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None
     QwenClassifier with token ids, with vLLM's own per-stage means when it keeps stats) and
     QwenClassifier.abatch throughput with text and token-id prompts."""
     paths, objects = build_paths(url, args.model, args.tokenizer)
-    keep = ["raw HTTP (httpx), same request", "QwenClassifier.invoke"] + (
-        [f"QwenClassifier.invoke{IDS}"] * bool(args.tokenizer)
-    )
+    keep = [name for name in paths if name.startswith(("raw HTTP", "QwenClassifier.invoke"))]
     root = url.rstrip("/").removesuffix("/v1")
     before = _histogram_totals(root)
     results = run_one_at_a_time({k: paths[k] for k in keep}, news_items(args.invoke_items))
     after = _histogram_totals(root)
-    texts = news_items(args.items)
-    runs = _classifier_runs("", objects["classifier"], texts, None)
-    if "classifier_ids" in objects:
-        runs += _classifier_runs(IDS, objects["classifier_ids"], texts, None)
+    runs = _all_classifier_runs(objects, news_items(args.items), None)
     results += [_timed(name, n, fn) for name, n, fn in runs if ".abatch" in name]
     row: dict[str, Any] = {}
     for r in results:

@@ -220,14 +220,22 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     # -- set-up: decided once per classifier, from the server ---------------------------
     def _plan_steps(self) -> Steps[ClassifierPlan]:
-        labels = self._label_set
         models = _raise_any((yield [("GET", "models", None)]))[0]
         served = {m.get("id"): m for m in models.get("data", [])}
         if self.model not in served:
             raise QwenFastError(f"model {self.model!r} is not served at {self.base_url}; it serves {sorted(served)}")
         max_model_len = int(served[self.model].get("max_model_len") or 0)
         if self.mode == "head":
-            return (yield from self._head_plan_steps(max_model_len))
+            plan = yield from self._head_plan_steps(max_model_len)
+        else:
+            plan = yield from self._generate_plan_steps(max_model_len)
+        if self._tokenizer is not None:
+            plan = plan.with_tokenizer(self._tokenizer)
+            yield from self._check_tokenizer_steps(plan)
+        return plan
+
+    def _generate_plan_steps(self, max_model_len: int) -> Steps[ClassifierPlan]:
+        labels = self._label_set
         letters = labels.letters() or ()
         counted = _raise_any((yield [self._tokenize_call(s) for s in (*labels.labels, *letters)]))
         tokens = [c["tokens"] for c in counted]
@@ -246,9 +254,6 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             max_model_len=max_model_len or overhead + 4096,
             has_logprob_token_ids=scoring != "constrained_choice",
         )
-        if self._tokenizer is not None:
-            plan = plan.with_tokenizer(self._tokenizer)
-            yield from self._check_tokenizer_steps(plan)
         if scoring != "constrained_choice":
             # vLLM versions differ: ask for the labels' logprobs and see if they come back.
             probe = plan.request_body(self.model, [plan.render("probe")])
@@ -276,9 +281,6 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             raise QwenFastError(
                 f"model {self.model!r} has a {classes}-class head but {len(self.labels)} labels were given"
             )
-        if self._tokenizer is not None:
-            plan = plan.with_tokenizer(self._tokenizer)
-            yield from self._check_tokenizer_steps(plan)
         return plan
 
     def _check_tokenizer_steps(self, plan: ClassifierPlan) -> Steps[None]:
