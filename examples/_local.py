@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from server import DEFAULT_MODEL, VLLMServer, hub_model_available
-from server.test_model import build_test_model
+from langchain_qwen_fast.server import DEFAULT_MODEL, VLLMServer, hub_model_available
+from langchain_qwen_fast.server.test_model import build_test_model
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"

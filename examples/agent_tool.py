@@ -11,6 +11,7 @@ from _local import add_server_args, server_url
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from langchain_qwen_fast import ChatQwenFast, QwenClassifier
+from langchain_qwen_fast.samples import AG_NEWS_LABELS
 
 
 def main() -> None:
@@ -19,7 +20,7 @@ def main() -> None:
     args = parser.parse_args()
     with server_url(args) as url:
         chat = ChatQwenFast(base_url=url, model=args.served_model_name, max_tokens=64, temperature=0)
-        tool = QwenClassifier.from_chat_model(chat, labels=["World", "Sports", "Business", "Sci/Tech"]).as_tool()
+        tool = QwenClassifier.from_chat_model(chat, labels=AG_NEWS_LABELS).as_tool()
         agent = chat.bind_tools([tool], tool_choice=tool.name)  # forced: the model must call it
         question = HumanMessage("Which section does this belong in: 'Holders through after late goal'?")
         reply = agent.invoke([question])

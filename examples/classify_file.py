@@ -21,8 +21,7 @@ from _local import add_server_args, server_url
 from tqdm import tqdm
 
 from langchain_qwen_fast import QwenClassifier
-
-AG_NEWS_LABELS = ["World", "Sports", "Business", "Sci/Tech"]
+from langchain_qwen_fast.samples import AG_NEWS_LABELS
 
 
 def read_texts(path: Path, text_column: str) -> Iterator[str]:
@@ -61,7 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="CSV or JSONL file")
     parser.add_argument("--out", type=Path, default=Path("out/labels.jsonl"))
-    parser.add_argument("--labels", nargs="+", default=AG_NEWS_LABELS)
+    parser.add_argument("--labels", nargs="+", default=list(AG_NEWS_LABELS))
     parser.add_argument("--text-column", default="text")
     parser.add_argument("--chunk", type=int, default=1024, help="rows per abatch call")
     add_server_args(parser)

@@ -13,6 +13,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 
 from langchain_qwen_fast import ChatQwenFast, Classification, QwenClassifier
+from langchain_qwen_fast.samples import AG_NEWS_LABELS
 
 ARTICLES = [
     {"title": "Late goal sends holders through", "body": "The champions scored in stoppage time."},
@@ -26,7 +27,7 @@ def main() -> None:
     args = parser.parse_args()
     with server_url(args) as url:
         chat = ChatQwenFast(base_url=url, model=args.served_model_name, max_tokens=24, temperature=0)
-        classifier = QwenClassifier.from_chat_model(chat, labels=["World", "Sports", "Business", "Sci/Tech"])
+        classifier = QwenClassifier.from_chat_model(chat, labels=AG_NEWS_LABELS)
 
         # Prompt -> classifier -> downstream: the prompt builds the text, the classifier labels it.
         prompt = ChatPromptTemplate.from_messages([("human", "{title}. {body}")])

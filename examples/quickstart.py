@@ -12,15 +12,7 @@ import time
 from _local import add_server_args, server_url
 
 from langchain_qwen_fast import QwenClassifier
-
-HEADLINES = [
-    "Stocks rally as the central bank signals rate cuts",
-    "Champions League: late goal sends holders through to the final",
-    "UN Security Council meets over border clashes",
-    "New chip doubles battery life of laptops, maker says",
-    "Oil giant reports record quarterly profit",
-    "Rover finds signs of ancient water on Mars",
-]
+from langchain_qwen_fast.samples import AG_NEWS_LABELS, SAMPLE_HEADLINES
 
 
 def main() -> None:
@@ -29,17 +21,17 @@ def main() -> None:
     args = parser.parse_args()
     with server_url(args) as url:
         classifier = QwenClassifier(
-            labels=["World", "Sports", "Business", "Sci/Tech"], base_url=url, model=args.served_model_name
+            labels=AG_NEWS_LABELS, base_url=url, model=args.served_model_name
         )
         classifier.invoke("warm-up")  # first call learns the label tokens from the server
         print(f"\n{'label':<9} {'p':>5} {'ms':>6}  headline")
-        for headline in HEADLINES:
+        for headline in SAMPLE_HEADLINES:
             start = time.perf_counter()
             result = classifier.invoke(headline)
             ms = (time.perf_counter() - start) * 1000
             print(f"{result.label:<9} {result.confidence:5.2f} {ms:6.1f}  {headline}")
         start = time.perf_counter()
-        results = classifier.batch(HEADLINES * 50)
+        results = classifier.batch(SAMPLE_HEADLINES * 50)
         seconds = time.perf_counter() - start
         print(f"\nbatch of {len(results)}: {len(results) / seconds:.0f} classifications/s")
 

@@ -11,6 +11,7 @@ from _local import add_server_args, server_url
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast.samples import AG_NEWS_LABELS
 
 HEADLINES = [
     "Champions League: holders through after late goal",
@@ -36,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     with server_url(args) as url:
         classifier = QwenClassifier(
-            labels=["World", "Sports", "Business", "Sci/Tech"], base_url=url, model=args.served_model_name
+            labels=AG_NEWS_LABELS, base_url=url, model=args.served_model_name
         )
         router = classifier.as_router(
             {"Sports": desk("sports desk"), "Business": desk("business desk"), "Sci/Tech": desk("science desk")},

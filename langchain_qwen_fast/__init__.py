@@ -1,7 +1,10 @@
 """Fast, dependable text classification and routing with Qwen3 on vLLM, for LangChain."""
 
+from importlib import metadata
+
 from langchain_qwen_fast.chat_models import ChatQwenFast
-from langchain_qwen_fast.classifiers import Classification, QwenClassifier
+from langchain_qwen_fast.classification import Classification, ClassifierInput
+from langchain_qwen_fast.classifiers import QwenClassifier
 from langchain_qwen_fast.errors import (
     ContextLengthError,
     InvalidInputError,
@@ -15,9 +18,15 @@ from langchain_qwen_fast.errors import (
 )
 from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool, label_edge
 
+try:
+    __version__ = metadata.version(__package__ or "langchain-qwen-fast")
+except metadata.PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0"
+
 __all__ = [
     "ChatQwenFast",
     "Classification",
+    "ClassifierInput",
     "ClassifierRouter",
     "ContextLengthError",
     "InvalidInputError",
@@ -29,6 +38,7 @@ __all__ = [
     "ServerStatusError",
     "ServerTimeoutError",
     "TransportError",
+    "__version__",
     "classifier_tool",
     "label_edge",
 ]

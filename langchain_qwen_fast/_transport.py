@@ -71,7 +71,7 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, (ServerConnectionError, ServerTimeoutError))
 
 
-def _retry_after(value: str | None) -> float | None:
+def parse_retry_after(value: str | None) -> float | None:
     """Seconds from a ``Retry-After`` header: delta-seconds or an HTTP date."""
     if not value:
         return None
@@ -102,7 +102,7 @@ def _decode(response: httpx.Response, path: str) -> Any:
         raise ServerStatusError(
             f"server answered HTTP {response.status_code} to {path}: {_error_message(response)}",
             status_code=response.status_code,
-            retry_after=_retry_after(response.headers.get("retry-after")),
+            retry_after=parse_retry_after(response.headers.get("retry-after")),
         )
     try:
         return orjson.loads(response.content)
@@ -131,6 +131,8 @@ class Transport:
         timeout: seconds for each request (connect, write, read each).
         retry: the retry policy.
         pool_size: most connections kept open per client.
+        http_transport: an ``httpx`` transport for the clients instead of the network, e.g.
+            ``httpx.MockTransport`` (serves both the sync and the async client) in tests.
     """
 
     def __init__(
@@ -141,6 +143,7 @@ class Transport:
         timeout: float,
         retry: RetryPolicy,
         pool_size: int = 64,
+        http_transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
@@ -154,6 +157,7 @@ class Transport:
         self._timeout = httpx.Timeout(timeout)
         self._limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
         self.pool_size = pool_size
+        self._http_transport = http_transport
         self.retry = retry
         self._client: httpx.Client | None = None
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
@@ -195,7 +199,7 @@ class Transport:
             retry_after = exc.retry_after
         else:  # an SDK error carrying the HTTP response (openai.APIStatusError)
             headers = getattr(getattr(exc, "response", None), "headers", None)
-            retry_after = _retry_after(headers.get("retry-after")) if headers is not None else None
+            retry_after = parse_retry_after(headers.get("retry-after")) if headers is not None else None
         return retry_after if retry_after is not None else self._jitter(state)
 
     def _urls(self, path: str) -> Iterator[str]:
@@ -212,7 +216,10 @@ class Transport:
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            self._client = httpx.Client(headers=self._headers, timeout=self._timeout, limits=self._limits)
+            sync = self._http_transport if isinstance(self._http_transport, httpx.BaseTransport) else None
+            self._client = httpx.Client(
+                headers=self._headers, timeout=self._timeout, limits=self._limits, transport=sync
+            )
         return self._client
 
     def _send(self, method: str, path: str, urls: Iterator[str], content: bytes | None) -> Any:
@@ -248,7 +255,13 @@ class Transport:
         loop = asyncio.get_running_loop()
         client = self._aclients.get(loop)
         if client is None:
-            client = httpx.AsyncClient(headers=self._headers, timeout=self._timeout, limits=self._limits)
+            transport = self._http_transport
+            client = httpx.AsyncClient(
+                headers=self._headers,
+                timeout=self._timeout,
+                limits=self._limits,
+                transport=transport if isinstance(transport, httpx.AsyncBaseTransport) else None,
+            )
             self._aclients[loop] = client
         return client
 

@@ -1,15 +1,15 @@
 """Latency and throughput comparison, side by side against one server in one run.
 
-    python -m langchain_qwen_fast.benchmark --base-url http://127.0.0.1:8000/v1
-    python -m langchain_qwen_fast.benchmark --start-server .models/qwen3-tiny
+    qwen-fast bench --base-url http://127.0.0.1:8000/v1
+    qwen-fast bench --start-server .models/qwen3-tiny
 
 Paths, all on the same texts: raw HTTP (httpx) with QwenClassifier's exact request, the
 ``openai`` SDK, ``ChatOpenAI.invoke/.batch/.abatch``, LCEL ``prompt | ChatOpenAI``,
 ``LLMChain`` (langchain-classic) and ``QwenClassifier.invoke/.batch/.abatch``. One-at-a-time
 paths are interleaved item by item, so drift on a noisy machine hits all of them alike.
 Reports requests/s, p50/p95/p99 latency, client CPU ms per request and the ratio to the
-fastest path; writes JSON and a PNG chart. Needs the ``test`` extra (tqdm, matplotlib,
-langchain-classic).
+fastest path; writes JSON and a PNG chart. Needs the ``bench`` extra (tqdm, matplotlib,
+langchain-classic, psutil). Uses only the package's public API.
 """
 
 from __future__ import annotations
@@ -25,38 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_qwen_fast._prompting import DEFAULT_INSTRUCTIONS
+from langchain_qwen_fast import vllm_api
+from langchain_qwen_fast._stats import percentile
+from langchain_qwen_fast.prompting import DEFAULT_INSTRUCTIONS
+from langchain_qwen_fast.samples import AG_NEWS_LABELS, news_items
 
-LABELS = ["World", "Sports", "Business", "Sci/Tech"]
+LABELS = list(AG_NEWS_LABELS)
 # The chat paths get the same instructions and label list as QwenClassifier's prompt.
 SYSTEM = f"{DEFAULT_INSTRUCTIONS}\nLabels: {', '.join(LABELS)}"
-_SUBJECTS = ["Stocks", "The striker", "Parliament", "A new chip", "Oil prices", "The coach", "Rebels", "NASA"]
-_VERBS = ["rally after", "fall before", "surprise analysts with", "shrug off", "react to", "win"]
-_OBJECTS = ["the rate decision", "a late goal", "the ceasefire talks", "quarterly results", "a launch"]
-_SOURCES = [
-    "Officials said on Tuesday that the move followed weeks of talks behind closed doors",
-    "People familiar with the matter said the plan had been drafted over the summer",
-    "A spokesperson declined to comment beyond a short written statement issued overnight",
-    "Local reporters described crowded scenes outside the main building late in the evening",
-]
-_OUTLOOKS = [
-    "and analysts expect further moves before the end of the quarter as markets adjust.",
-    "while critics warned that the details could still change once the full text is published.",
-    "and several rivals are expected to respond with announcements of their own next week.",
-]
-
-_CITIES = ["Geneva", "São Paulo", "Nairobi", "Seoul", "Chicago", "Madrid", "Jakarta"]
-
-
-def news_items(n: int) -> list[str]:
-    """``n`` distinct news-like paragraphs of about 60 tokens (a prompt of about 100 tokens
-    with the classifier's instructions); no two alike, so the prefix cache gets no free hits."""
-    heads = [f"{s} {v} {o}" for s in _SUBJECTS for v in _VERBS for o in _OBJECTS]
-    return [
-        f"{heads[i % len(heads)]}, report {i}. {_SOURCES[i % len(_SOURCES)]}, {_OUTLOOKS[i % len(_OUTLOOKS)]}"
-        f" Filed from {_CITIES[i % len(_CITIES)]} at {i % 24:02d}:{i % 60:02d} local time, updated later."
-        for i in range(n)
-    ]
 
 
 class GpuSampler:
@@ -110,10 +86,7 @@ class PathResult:
         return self.items / self.seconds
 
     def percentile(self, q: float) -> float | None:
-        if not self.latencies_ms:
-            return None
-        ordered = sorted(self.latencies_ms)
-        return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+        return percentile(self.latencies_ms, q)
 
     def summary(self, fastest_rps: float) -> dict[str, Any]:
         return {
@@ -188,15 +161,14 @@ def build_paths(
     from langchain_qwen_fast import QwenClassifier
 
     classifier = QwenClassifier(labels=LABELS, base_url=base_url, model=model)
+    plan = classifier.prepare()
     classifier.invoke("warm-up")
-    plan = classifier._plan
-    assert plan is not None
     http = httpx.Client(timeout=30)
     completions_url = base_url.rstrip("/") + "/completions"
 
     def raw_http(text: str) -> Any:
         # QwenClassifier's exact request, with nothing else around it.
-        body = plan.request_body(model, [plan.render(text)])
+        body = vllm_api.completions_body(plan, model, [plan.render(text)])
         return http.post(completions_url, json=body).json()["choices"][0]
 
     thinking_off = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -407,7 +379,7 @@ def offline_ceiling(model_dir: str, items: int) -> list[PathResult]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from langchain_qwen_fast._prompting import PROMPT_SUFFIX, LabelSet
+    from langchain_qwen_fast.prompting import PROMPT_SUFFIX, LabelSet
 
     prefix = LabelSet.build(LABELS).render_prefix("label_tokens")
     prompts = [prefix + t + PROMPT_SUFFIX for t in news_items(items)]
@@ -432,7 +404,7 @@ def _server(
     if args.base_url:
         yield args.base_url
         return
-    from server.launcher import VLLMServer
+    from langchain_qwen_fast.server.launcher import VLLMServer
 
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with VLLMServer(
@@ -504,8 +476,14 @@ def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None
     return row
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_parser(sub: Any) -> None:
+    """Add the ``bench`` subcommand to the ``qwen-fast`` parser."""
+    parser = sub.add_parser(
+        "bench",
+        help="latency/throughput comparison against ChatOpenAI, LCEL and LLMChain",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--base-url", help="a running vLLM server (…/v1)")
     where.add_argument("--start-server", metavar="MODEL", help="start a local server for MODEL (dir or hub id)")
@@ -543,7 +521,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--offline-ceiling", action="store_true", help="also run vLLM's offline engine (needs --start-server)"
     )
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``qwen-fast bench``."""
+    measure(args)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The comparison (or, with ``--compare-flags``, the flag comparison); returns the report."""
     if args.tokenizer is None and args.start_server and (Path(args.start_server) / "tokenizer.json").is_file():
         args.tokenizer = args.start_server
     if args.tokenizer == "none":
@@ -558,7 +546,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with contextlib.ExitStack() as servers:
         url = servers.enter_context(_server(args))
         one_paths, objects = build_paths(url, args.model, args.tokenizer)
-        prompt_tokens = _prompt_tokens(objects["classifier"], news_items(64))
+        prompt_tokens = _prompt_tokens(objects["classifier"], url.rstrip("/").removesuffix("/v1"), news_items(64))
         results = run_one_at_a_time(one_paths, news_items(args.invoke_items))
         results += run_batches(
             objects, news_items(args.items), news_items(args.chat_items or args.items), args.concurrency
@@ -625,22 +613,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
-def _prompt_tokens(classifier: Any, texts: list[str]) -> dict[str, float]:
+def _prompt_tokens(classifier: Any, root_url: str, texts: list[str]) -> dict[str, float]:
     """Token counts of the rendered prompts, from the server's own tokeniser."""
-    plan = classifier._plan
-    counts = [
-        classifier._transport.request(
-            "POST", "/tokenize", {"model": classifier.model, "prompt": plan.render(t), "add_special_tokens": False}
-        )["count"]
-        for t in texts
-    ]
+    import httpx
+
+    plan = classifier.prepare()
+    counts = []
+    for text in texts:
+        method, path, body = vllm_api.tokenize_call(classifier.model, plan.render(text))
+        reply = httpx.request(method, root_url + path, json=body, timeout=30).json()
+        counts.append(len(vllm_api.parse_tokenize(reply)))
     return {"mean": round(sum(counts) / len(counts), 1), "min": min(counts), "max": max(counts)}
 
 
 def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Path) -> dict[str, Any]:
     """Each entry of the JSON file: ``{"profile": "gpu", "drop": [...], "flags": [...]}``: the
     profile's flags without those in ``drop`` (and their values), then ``flags``."""
-    from server.launcher import PROFILES
+    from langchain_qwen_fast.server.launcher import PROFILES
 
     configs: dict[str, dict[str, Any]] = json.loads(Path(args.compare_flags).read_text())
     runs: dict[str, Any] = {}
@@ -685,8 +674,4 @@ def _drop_flags(args: list[str], drop: list[str]) -> list[str]:
     return kept
 
 
-if __name__ == "__main__":
-    main()
-
-
-__all__ = ["PathResult", "main", "news_items"]
+__all__ = ["PathResult", "add_parser", "measure", "run"]

@@ -15,8 +15,9 @@ from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr, model_validator
 from typing_extensions import Self
 
-from langchain_qwen_fast._prompting import strip_think
 from langchain_qwen_fast._transport import RetryPolicy, Transport
+from langchain_qwen_fast.errors import is_retryable_status
+from langchain_qwen_fast.prompting import strip_think
 
 _THINK_TAGS = ("<think>", "</think>")
 
@@ -24,7 +25,7 @@ _THINK_TAGS = ("<think>", "</think>")
 def _sdk_retryable(exc: BaseException) -> bool:
     """Connection errors, timeouts, 429 and 5xx from the openai SDK; never other 4xx."""
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
+        return is_retryable_status(exc.status_code)
     return isinstance(exc, openai.APIConnectionError)  # includes APITimeoutError
 
 

@@ -10,8 +10,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage
-from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import (
@@ -21,29 +19,20 @@ from langchain_core.runnables.config import (
 )
 from langchain_core.tools import BaseTool
 from langchain_core.utils import secret_from_env
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
-from langchain_qwen_fast._prompting import (
-    PROMPT_SUFFIX,
-    ClassifierPlan,
-    LabelSet,
-    Prediction,
-    Prompt,
-    Scoring,
-    plan_scoring,
-    token_id,
-    validate_text,
-)
-from langchain_qwen_fast._transport import Call, RetryPolicy, Steps, Transport, adrive, drive
+from langchain_qwen_fast import vllm_api
+from langchain_qwen_fast._transport import RetryPolicy, Steps, Transport, adrive, drive
 from langchain_qwen_fast.chat_models import ChatQwenFast
+from langchain_qwen_fast.classification import Classification, ClassifierInput, text_of
 from langchain_qwen_fast.errors import (
     InvalidInputError,
     QwenFastError,
     ResponseFormatError,
     ServerStatusError,
 )
-
-ClassifierInput = str | Mapping[str, Any] | PromptValue | Sequence[BaseMessage]
+from langchain_qwen_fast.prompting import PROMPT_SUFFIX, ClassifierPlan, LabelSet, Prediction, Prompt, plan_scoring
+from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool
 
 # Work on a big async batch is done in slices with a yield to the event loop between them,
 # so that a 20,000-item abatch never holds the loop for long (measured in tests/reliability).
@@ -51,47 +40,6 @@ _GROUPS_PER_CHECKPOINT = 16
 _RUNS_PER_SLICE = 512
 # Prompts tokenised client-side per slice (a few ms each), with a yield between slices.
 _ENCODE_SLICE = 1024
-
-
-class Classification(BaseModel):
-    """The label for one input.
-
-    ``label`` is always one of the classifier's labels, except when the classifier has an
-    ``abstain_below`` threshold and the best label's probability fell under it: then
-    ``abstained`` is True and ``label`` is None.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    label: str | None
-    """The chosen label (None only when abstained)."""
-    scores: dict[str, float] | None = None
-    """Probability of every label, summing to 1 (None under constrained choice)."""
-    abstained: bool = False
-    """True when the best probability was below the classifier's ``abstain_below``."""
-    scoring: Scoring
-    """How the label was read: ``label_tokens`` or ``letter_tokens`` (one decode step with
-    probabilities) or ``constrained_choice`` (labels share a first token; no probabilities)."""
-
-    @property
-    def confidence(self) -> float | None:
-        """Probability of the most likely label, when scores exist."""
-        return max(self.scores.values()) if self.scores else None
-
-
-def _text_of(value: Any) -> str:
-    """The text to classify from any accepted input shape."""
-    if isinstance(value, Mapping):
-        if "text" not in value:
-            raise InvalidInputError(f"dict input needs a 'text' key; got keys {sorted(map(str, value))}")
-        value = value["text"]
-    elif isinstance(value, PromptValue):
-        value = value.to_messages()
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
-        if not value or not all(isinstance(m, BaseMessage) for m in value):
-            raise InvalidInputError("expected text, a dict with 'text', a prompt value or messages")
-        value = "\n\n".join(m.text for m in value)
-    return validate_text(value)
 
 
 class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
@@ -149,6 +97,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     worth it where that process is the bottleneck (a GPU server under batches), and text
     lengths are checked exactly without asking the server. Needs ``tokenizers``; the
     tokenizer is checked against the server's at set-up."""
+    http_transport: Any = Field(default=None, exclude=True, repr=False)
+    """An ``httpx`` transport to use instead of the network (e.g. ``httpx.MockTransport`` in
+    tests, or a transport with custom TLS or proxies). Not serialised."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     _label_set: LabelSet = PrivateAttr()
     _transport: Transport = PrivateAttr()
@@ -171,6 +124,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             timeout=self.timeout,
             retry=RetryPolicy(max_attempts=self.max_retries + 1, deadline=self.retry_deadline),
             pool_size=max(self.max_concurrency, 16),
+            http_transport=self.http_transport,
         )
         if self.tokenizer_path is not None:
             self._tokenizer = _load_tokenizer(self.tokenizer_path)
@@ -182,21 +136,17 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     @classmethod
     def from_chat_model(cls, chat: ChatQwenFast, labels: Sequence[str], **kwargs: Any) -> QwenClassifier:
-        """A classifier on ``chat``'s server, model, key, timeout and retry settings, sharing
-        its transport (connection pool and retry policy)."""
-        transport = chat._transport
-        classifier = cls(
-            labels=list(labels),
-            base_url=transport.base_url,
-            model=chat.model_name,
-            api_key=chat.openai_api_key,
-            timeout=transport.timeout,
-            max_retries=transport.retry.max_attempts - 1,
-            retry_deadline=transport.retry.deadline,
-            **kwargs,
-        )
-        classifier._transport = transport
-        return classifier
+        """A classifier on ``chat``'s server, model, key, timeout and retry settings."""
+        timeout = chat.request_timeout if isinstance(chat.request_timeout, (int, float)) else None
+        settings: dict[str, Any] = {
+            "base_url": chat.openai_api_base,
+            "model": chat.model_name,
+            "api_key": chat.openai_api_key,
+            "max_retries": 3 if chat.max_retries is None else chat.max_retries,
+            "retry_deadline": chat.retry_deadline,
+            **({"timeout": float(timeout)} if timeout else {}),
+        }
+        return cls(labels=list(labels), **{**settings, **kwargs})
 
     # -- routing helpers (routing.py) ----------------------------------------------------
     def as_router(self, routes: Mapping[str, Runnable | Any], *, default: Runnable | Any) -> ClassifierRouter:
@@ -216,15 +166,14 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     ) -> BaseTool:
         """A LangChain tool that labels a text, for agents (see
         :func:`~langchain_qwen_fast.routing.classifier_tool`)."""
-        return classifier_tool(self, name=name or "classify_text", description=description)
+        return classifier_tool(self, labels=self.labels, name=name or "classify_text", description=description)
 
     # -- set-up: decided once per classifier, from the server ---------------------------
     def _plan_steps(self) -> Steps[ClassifierPlan]:
-        models = _raise_any((yield [("GET", "models", None)]))[0]
-        served = {m.get("id"): m for m in models.get("data", [])}
+        served = vllm_api.parse_models(_raise_any((yield [vllm_api.models_call()]))[0])
         if self.model not in served:
             raise QwenFastError(f"model {self.model!r} is not served at {self.base_url}; it serves {sorted(served)}")
-        max_model_len = int(served[self.model].get("max_model_len") or 0)
+        max_model_len = served[self.model]
         if self.mode == "head":
             plan = yield from self._head_plan_steps(max_model_len)
         else:
@@ -237,13 +186,14 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     def _generate_plan_steps(self, max_model_len: int) -> Steps[ClassifierPlan]:
         labels = self._label_set
         letters = labels.letters() or ()
-        counted = _raise_any((yield [self._tokenize_call(s) for s in (*labels.labels, *letters)]))
-        tokens = [c["tokens"] for c in counted]
+        counted = _raise_any((yield [vllm_api.tokenize_call(self.model, s) for s in (*labels.labels, *letters)]))
+        tokens = [vllm_api.parse_tokenize(c) for c in counted]
         scoring, answer_ids, max_tokens = plan_scoring(
             labels, tokens[: len(labels.labels)], tokens[len(labels.labels) :] or None
         )
         prefix = labels.render_prefix(scoring)
-        overhead = _raise_any((yield [self._tokenize_call(prefix + PROMPT_SUFFIX)]))[0]["count"]
+        overhead_reply = _raise_any((yield [vllm_api.tokenize_call(self.model, prefix + PROMPT_SUFFIX)]))[0]
+        overhead = len(vllm_api.parse_tokenize(overhead_reply))
         plan = ClassifierPlan(
             label_set=labels,
             scoring=scoring,
@@ -256,11 +206,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         )
         if scoring != "constrained_choice":
             # vLLM versions differ: ask for the labels' logprobs and see if they come back.
-            probe = plan.request_body(self.model, [plan.render("probe")])
-            reply = _raise_any((yield [("POST", "completions", probe)]))[0]
-            step = reply["choices"][0]["logprobs"]["top_logprobs"][0] or {}
-            got = {token_id(k) for k in step}
-            if not set(answer_ids) <= got:
+            probe = vllm_api.classify_call(plan, self.model, [plan.render("probe")])
+            reply = _raise_any((yield [probe]))[0]
+            if not vllm_api.probe_has_logprob_token_ids(plan, reply):
                 plan = dataclasses.replace(plan, has_logprob_token_ids=False)
         return plan
 
@@ -275,8 +223,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             max_model_len=max_model_len or 4096,
             has_logprob_token_ids=False,
         )
-        probe = _raise_any((yield [plan.request(self.model, ["probe"])]))[0]
-        classes = probe["data"][0]["num_classes"]
+        probe = _raise_any((yield [vllm_api.classify_call(plan, self.model, ["probe"])]))[0]
+        classes = vllm_api.parse_num_classes(probe)
         if classes != len(self.labels):
             raise QwenFastError(
                 f"model {self.model!r} has a {classes}-class head but {len(self.labels)} labels were given"
@@ -287,8 +235,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         """Raise unless our token ids for sample prompts are exactly the server's (a tokenizer
         of another model would otherwise classify garbage without a sound)."""
         samples = ["Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace"]
-        served = _raise_any((yield [self._tokenize_call(plan.render(s)) for s in samples]))
-        for ours, theirs in zip(plan.encode(samples), (s["tokens"] for s in served)):
+        served = _raise_any((yield [vllm_api.tokenize_call(self.model, plan.render(s)) for s in samples]))
+        for ours, theirs in zip(plan.encode(samples), map(vllm_api.parse_tokenize, served)):
             if ours != theirs:
                 at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
                 raise QwenFastError(
@@ -297,17 +245,18 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                     "on the server); point tokenizer_path at the served model's tokenizer"
                 )
 
-    def _tokenize_call(self, text: str) -> Call:
-        return ("POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
-
-    def _get_plan(self) -> ClassifierPlan:
+    def prepare(self) -> ClassifierPlan:
+        """Do the set-up now (it otherwise happens on first use) and return its plan: how
+        labels are scored, the rendered prompt prefix, the label tokens and the context
+        budget, all learnt once from the server. Raises what the set-up ran into."""
         if self._plan is None:
             with self._plan_lock:
                 if self._plan is None:
                     self._plan = drive(self._transport, self._plan_steps(), self.max_concurrency)
         return self._plan
 
-    async def _aget_plan(self) -> ClassifierPlan:
+    async def aprepare(self) -> ClassifierPlan:
+        """Async :meth:`prepare`."""
         if self._plan is None:
             loop = asyncio.get_running_loop()
             lock = self._aplan_locks.setdefault(loop, asyncio.Lock())
@@ -323,7 +272,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         texts: dict[int, str] = {}
         for i, value in enumerate(inputs):
             try:
-                texts[i] = _text_of(value)
+                texts[i] = text_of(value)
             except InvalidInputError as exc:
                 results[i] = exc
 
@@ -333,9 +282,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             budget = plan.text_token_budget
             unsure = [i for i, t in texts.items() if len(t) * 4 > budget and len(t.encode()) > budget]
             if unsure:
-                counts = yield [self._tokenize_call(texts[i]) for i in unsure]
+                counts = yield [vllm_api.tokenize_call(self.model, texts[i]) for i in unsure]
                 for i, count in zip(unsure, counts):
-                    results[i] = count if isinstance(count, Exception) else plan.length_error(count["count"])
+                    results[i] = count if isinstance(count, Exception) else self._length_error(plan, count)
 
         pending = [i for i in texts if results[i] is None]
         prompts: dict[int, Prompt] = {}
@@ -352,7 +301,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             pending = [i for i in pending if results[i] is None]
         groups = [pending[k : k + self.batch_size] for k in range(0, len(pending), self.batch_size)]
         while groups:
-            calls = [plan.request(self.model, [prompts[i] for i in g]) for g in groups]
+            calls = [vllm_api.classify_call(plan, self.model, [prompts[i] for i in g]) for g in groups]
             replies = yield calls
             retry_groups = []
             for n, (group, reply) in enumerate(zip(groups, replies), 1):
@@ -370,11 +319,17 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             groups = retry_groups
         return results
 
+    @staticmethod
+    def _length_error(plan: ClassifierPlan, reply: Any) -> QwenFastError | None:
+        try:
+            return plan.length_error(len(vllm_api.parse_tokenize(reply)))
+        except QwenFastError as exc:
+            return exc
+
     def _assign(self, reply: Any, group: list[int], plan: ClassifierPlan, results: list[Any]) -> None:
         try:
-            choices = plan.reply_items(reply)
-        except (KeyError, TypeError) as exc:
-            error = ResponseFormatError(f"reply lacks its per-prompt items: {exc!r}")
+            choices = vllm_api.reply_items(plan, reply)
+        except ResponseFormatError as error:
             for i in group:
                 results[i] = error
             return
@@ -384,7 +339,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                 results[i] = ResponseFormatError(f"reply has no choice for prompt {position} of its group")
                 continue
             try:
-                results[i] = self._result(plan.parse(choice), plan)
+                results[i] = self._result(vllm_api.parse_item(plan, choice), plan)
             except QwenFastError as exc:
                 results[i] = exc
 
@@ -404,14 +359,14 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     def _classify(self, inputs: list[Any], config: Any = None) -> list[Any]:
         try:
-            plan = self._get_plan()
+            plan = self.prepare()
         except Exception as exc:
             return [exc] * len(inputs)
         return drive(self._transport, self._classify_steps(inputs, plan), self._concurrency(config))
 
     async def _aclassify(self, inputs: list[Any], config: Any = None) -> list[Any]:
         try:
-            plan = await self._aget_plan()
+            plan = await self.aprepare()
         except Exception as exc:
             return [exc] * len(inputs)
         steps = self._classify_steps(inputs, plan)
@@ -557,5 +512,3 @@ def _is_request_error(reply: Any) -> bool:
     return isinstance(reply, ServerStatusError) and not reply.retryable and reply.status_code < 500
 
 
-# routing.py builds on Classification; imported last to keep the import graph acyclic.
-from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool  # noqa: E402

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def is_retryable_status(status_code: int) -> bool:
+    """The one retry rule for HTTP answers: 429 and 5xx may pass on retry; any other 4xx is the
+    request's own fault and will fail again."""
+    return status_code == 429 or status_code >= 500
+
+
 class QwenFastError(Exception):
     """Base class of every error this package raises."""
 
@@ -48,7 +54,7 @@ class ServerStatusError(TransportError):
     @property
     def retryable(self) -> bool:
         """429 and 5xx may pass on retry; other 4xx are the request's fault and will not."""
-        return self.status_code == 429 or self.status_code >= 500
+        return is_retryable_status(self.status_code)
 
 
 class ResponseFormatError(QwenFastError):

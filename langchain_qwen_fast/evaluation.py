@@ -1,7 +1,7 @@
 """Evaluate a classifier set-up on a labelled file before routing traffic with it.
 
-    qwen-fast-eval data.csv --base-url http://127.0.0.1:8000/v1              # AG News layout
-    python -m langchain_qwen_fast.evaluation data.jsonl --mode head --model qwen3-cls \\
+    qwen-fast eval data.csv --base-url http://127.0.0.1:8000/v1              # AG News layout
+    qwen-fast eval data.jsonl --mode head --model qwen3-cls \\
         --labels World Sports Business Sci/Tech --limit 1000 --out out/eval
 
 Input: CSV or JSONL. AG News's CSV layout (no header: class index 1-4, title, description) is
@@ -21,15 +21,16 @@ import argparse
 import asyncio
 import csv
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from langchain_qwen_fast._stats import percentile
 from langchain_qwen_fast.classifiers import QwenClassifier
+from langchain_qwen_fast.samples import AG_NEWS_INDEX, AG_NEWS_LABELS
 
-AG_NEWS_LABELS = ["World", "Sports", "Business", "Sci/Tech"]
-AG_NEWS_MAP = {str(i + 1): label for i, label in enumerate(AG_NEWS_LABELS)}
 NO_LABEL = "(none)"  # the prediction recorded for an abstained or failed item
 
 
@@ -88,13 +89,11 @@ def latency_ms(classifier: QwenClassifier, texts: Sequence[str]) -> dict[str, fl
         except Exception:  # a bad item is not a latency sample
             continue
         timings.append((time.perf_counter() - start) * 1000)
-    if not timings:
-        return {"p50": None, "p95": None}
-    timings.sort()
-    return {
-        "p50": round(timings[len(timings) // 2], 2),
-        "p95": round(timings[min(len(timings) - 1, int(0.95 * len(timings)))], 2),
-    }
+    return {name: _round(percentile(timings, q)) for name, q in (("p50", 50), ("p95", 95))}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def metrics(truth: Sequence[str], predicted: Sequence[str], labels: Sequence[str]) -> dict[str, Any]:
@@ -153,7 +152,7 @@ def render(report: dict[str, Any]) -> str:
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     labels = args.labels
-    label_map = parse_label_map(args.label_map) or (AG_NEWS_MAP if labels == AG_NEWS_LABELS else {})
+    label_map = parse_label_map(args.label_map) or (AG_NEWS_INDEX if tuple(labels) == AG_NEWS_LABELS else {})
     rows = read_labelled(Path(args.path), args.text_column, args.label_column)[: args.limit]
     truth = [label_map.get(raw, raw) for _, raw in rows]
     unknown = sorted(set(truth) - set(labels))
@@ -193,26 +192,36 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="qwen-fast-eval", description=__doc__.splitlines()[0])
+def add_parser(sub: Any) -> None:
+    """Add the ``eval`` subcommand to the ``qwen-fast`` parser."""
+    parser = sub.add_parser(
+        "eval",
+        help="evaluate a classifier on a labelled CSV/JSONL file",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("path", help="labelled CSV or JSONL")
-    parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
-    parser.add_argument("--model", default="qwen3", help="served model name")
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="the vLLM server (default: %(default)s)")
+    parser.add_argument("--model", default="qwen3", help="served model name (default: %(default)s)")
     parser.add_argument("--mode", choices=["generate", "head"], default="generate")
-    parser.add_argument("--labels", nargs="+", default=AG_NEWS_LABELS)
+    parser.add_argument("--labels", nargs="+", default=list(AG_NEWS_LABELS), help="default: AG News's four")
     parser.add_argument("--label-map", help="file label -> classifier label: '1=World,2=Sports' or JSON")
     parser.add_argument("--text-column", default="text")
     parser.add_argument("--label-column", default="label")
     parser.add_argument("--limit", type=int, help="only the first N items")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--abstain-below", type=float)
+    parser.add_argument("--batch-size", type=int, default=64, help="prompts per request (default: %(default)s)")
+    parser.add_argument("--abstain-below", type=float, help="abstain when the best probability is below this")
     parser.add_argument("--latency-samples", type=int, default=50, help="items timed one at a time")
     parser.add_argument("--out", default="out/eval", help="folder for report.json and confusion.png")
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``qwen-fast eval``."""
+    if not Path(args.path).is_file():
+        print(f"qwen-fast eval: no such file: {args.path}", file=sys.stderr)
+        return 2
     report = evaluate(args)
     print(render(report))
     print(f"\nwrote {Path(args.out) / 'report.json'} and {Path(args.out) / 'confusion.png'}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

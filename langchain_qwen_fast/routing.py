@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
@@ -11,11 +11,11 @@ from langchain_core.runnables.config import patch_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import ConfigDict
 
-from langchain_qwen_fast.classifiers import Classification
+from langchain_qwen_fast.classification import Classification, ClassifierInput
 from langchain_qwen_fast.errors import InvalidInputError
 
-if TYPE_CHECKING:
-    from langchain_qwen_fast.classifiers import QwenClassifier
+#: Anything that classifies like :class:`~langchain_qwen_fast.QwenClassifier`.
+Classifier = Runnable[ClassifierInput, Classification]
 
 #: Metadata keys under which a branch (and every callback/trace) sees the routing decision.
 ROUTE_LABEL = "route_label"
@@ -36,8 +36,8 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    classifier: Any  # QwenClassifier (Any avoids a circular import at class creation)
-    """The classifier that decides."""
+    classifier: Classifier
+    """The classifier that decides (a :class:`~langchain_qwen_fast.QwenClassifier`)."""
     routes: dict[str, Runnable]
     """Branch per label."""
     default: Runnable
@@ -46,7 +46,8 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
     def _decide(self, result: Any) -> tuple[Runnable, dict[str, Any]]:
         if isinstance(result, Exception):
             return self.default, {ROUTE_LABEL: None, ROUTE_ERROR: f"{type(result).__name__}: {result}"}
-        assert isinstance(result, Classification)
+        if not isinstance(result, Classification):
+            raise TypeError(f"the classifier returned {type(result).__name__}, not a Classification")
         meta = {ROUTE_LABEL: result.label, ROUTE_SCORES: result.scores}
         branch = self.routes.get(result.label) if result.label is not None else None
         return (branch or self.default), meta
@@ -129,9 +130,13 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
 
 
 def classifier_tool(
-    classifier: QwenClassifier, *, name: str = "classify_text", description: str | None = None
+    classifier: Classifier,
+    *,
+    labels: Sequence[str],
+    name: str = "classify_text",
+    description: str | None = None,
 ) -> BaseTool:
-    """A tool that labels a text; returns ``{"label", "scores", "abstained"}``.
+    """A tool that labels a text with one of ``labels``; returns ``{"label", "scores", "abstained"}``.
 
     Bad input (e.g. an empty text) comes back to the agent as the error's message rather
     than raising, so the agent can correct itself; server errors still raise.
@@ -152,19 +157,18 @@ def classifier_tool(
         except InvalidInputError as exc:
             raise ToolException(str(exc)) from exc
 
-    labels = ", ".join(classifier.labels)
     return StructuredTool.from_function(
         func=classify,
         coroutine=aclassify,
         name=name,
-        description=description or f"Label a text as one of: {labels}. Give the text to label.",
+        description=description or f"Label a text as one of: {', '.join(labels)}. Give the text to label.",
         handle_tool_error=True,
         handle_validation_error=True,
     )
 
 
 def label_edge(
-    classifier: QwenClassifier,
+    classifier: Classifier,
     routes: Mapping[str, str],
     *,
     default: str,

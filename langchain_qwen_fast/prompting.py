@@ -1,4 +1,4 @@
-"""Labels, prompt layout, label tokens and reply parsing. Pure: no I/O.
+"""Labels, prompt layout and label scoring. Pure: no I/O, no knowledge of HTTP endpoints.
 
 The prompt is pre-rendered in Qwen3's chat format with thinking off (the empty
 ``<think></think>`` block the Qwen3 template adds for ``enable_thinking=False``), so the
@@ -23,11 +23,10 @@ import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from langchain_qwen_fast.errors import ContextLengthError, InvalidInputError, LabelParseError, ResponseFormatError
-
-Scoring = Literal["label_tokens", "letter_tokens", "constrained_choice", "head"]
+from langchain_qwen_fast.classification import Scoring
+from langchain_qwen_fast.errors import ContextLengthError
 
 DEFAULT_INSTRUCTIONS = "Classify the text. Answer with one label only."
 
@@ -121,21 +120,6 @@ def strip_think(reply: str) -> str:
     return reply.replace("</think>", "").strip()
 
 
-def validate_text(value: Any) -> str:
-    """Return ``value`` as text to classify, or raise :class:`InvalidInputError` naming why."""
-    if not isinstance(value, str):
-        kind = "None" if value is None else type(value).__name__
-        hint = " (decode bytes first)" if isinstance(value, (bytes, bytearray)) else ""
-        raise InvalidInputError(f"expected text (str), got {kind}{hint}")
-    if not value.strip():
-        raise InvalidInputError("text is empty or whitespace only")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(f"text is not valid Unicode: lone surrogate at position {exc.start}") from None
-    return value
-
-
 @dataclass(frozen=True)
 class ClassifierPlan:
     """Everything decided once per classifier and server: prompt, tokens, request shape."""
@@ -209,40 +193,6 @@ class ClassifierPlan:
             return neutralize_control_tokens(text)
         return self.prefix + neutralize_control_tokens(text) + PROMPT_SUFFIX
 
-    def request(self, model: str, prompts: Sequence[Prompt]) -> tuple[str, str, dict[str, Any]]:
-        """The (method, path, body) that classifies a group of rendered prompts."""
-        if self.scoring == "head":
-            return ("POST", "/classify", {"model": model, "input": prompts})
-        return ("POST", "completions", self.request_body(model, prompts))
-
-    def reply_items(self, reply: Any) -> dict[int, Any]:
-        """The reply's per-prompt items, by prompt index within the group."""
-        return {item["index"]: item for item in reply["data" if self.scoring == "head" else "choices"]}
-
-    def parse(self, item: Mapping[str, Any]) -> Prediction:
-        return parse_head(item, self) if self.scoring == "head" else parse_choice(item, self)
-
-    def request_body(self, model: str, prompts: Sequence[Prompt]) -> dict[str, Any]:
-        """The ``/v1/completions`` body for a group of rendered prompts."""
-        body: dict[str, Any] = {
-            "model": model,
-            "prompt": prompts,
-            "max_tokens": self.max_tokens,
-            "temperature": 0.0,
-            "stream": False,
-        }
-        if self.scoring == "constrained_choice":
-            body["structured_outputs"] = {"choice": list(self.label_set.labels)}
-            return body
-        body["allowed_token_ids"] = list(self.answer_token_ids)
-        body["return_tokens_as_token_ids"] = True
-        if self.has_logprob_token_ids:
-            body["logprobs"] = 1
-            body["logprob_token_ids"] = list(self.answer_token_ids)
-        else:
-            body["logprobs"] = 20  # top-k; labels outside it get probability 0
-        return body
-
 
 def plan_scoring(
     label_set: LabelSet,
@@ -274,56 +224,14 @@ class Prediction:
     scores: tuple[float, ...] | None
 
 
-def token_id(token: str) -> int:
-    """The id in a token string of the form ``token_id:123``."""
-    # Requests set return_tokens_as_token_ids, so tokens read "token_id:123".
-    return int(token.rpartition(":")[2])
-
-
-def parse_choice(choice: Mapping[str, Any], plan: ClassifierPlan) -> Prediction:
-    """Turn one completion choice into a :class:`Prediction`, or raise naming the problem."""
-    try:
-        text = choice["text"]
-        if plan.scoring == "constrained_choice":
-            reply = strip_think(text)
-            if reply in plan.label_set.labels:
-                return Prediction(plan.label_set.labels.index(reply), None)
-            raise LabelParseError(f"model replied {reply[:80]!r}, which is none of the labels", reply=text)
-        logprobs = choice["logprobs"]
-        chosen = token_id(logprobs["tokens"][0])
-        step = {token_id(k): v for k, v in (logprobs["top_logprobs"][0] or {}).items()}
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        raise ResponseFormatError(f"completion choice lacks expected fields: {exc!r}") from None
-    try:
-        index = plan.answer_token_ids.index(chosen)
-    except ValueError:
-        raise LabelParseError(
-            f"model replied token {chosen} ({text!r}), which answers no label "
-            "(the server did not honour allowed_token_ids?)",
-            reply=text,
-        ) from None
-    step.setdefault(chosen, logprobs["token_logprobs"][0])
-    return Prediction(index, label_probabilities(step, plan.answer_token_ids))
-
-
-def parse_head(item: Mapping[str, Any], plan: ClassifierPlan) -> Prediction:
-    """Turn one ``/classify`` item into a :class:`Prediction` (class i is label i)."""
-    try:
-        probs = [float(p) for p in item["probs"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ResponseFormatError(f"classify item lacks probabilities: {exc!r}") from None
-    labels = plan.label_set.labels
-    if len(probs) != len(labels):
-        raise ResponseFormatError(f"head gave {len(probs)} class probabilities for {len(labels)} labels")
-    total = sum(probs)
-    scores = tuple(p / total for p in probs)
-    return Prediction(max(range(len(scores)), key=scores.__getitem__), scores)
-
-
 def label_probabilities(logprobs: Mapping[int, float], token_ids: Sequence[int]) -> tuple[float, ...]:
-    """Softmax over the labels' token logprobs (labels with no logprob get 0)."""
+    """Softmax over the labels' token logprobs (labels with no logprob, or a non-finite one,
+    get 0). Raises ``ValueError`` when no label has a finite logprob."""
     values = [logprobs.get(t, -math.inf) for t in token_ids]
+    values = [v if math.isfinite(v) else -math.inf for v in values]
     top = max(values)
+    if top == -math.inf:
+        raise ValueError("no label token has a finite logprob")
     weights = [math.exp(v - top) for v in values]
     total = sum(weights)
     return tuple(w / total for w in weights)

@@ -25,10 +25,10 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
-from server.launcher import VLLMServer, free_port
-from tests.conftest import NEWS_LABELS
-from tests.proxy import Fault, FaultProxy
-from tests.reliability.soak import kill_mid_batch, load
+from langchain_qwen_fast.server.launcher import VLLMServer, free_port
+from tests.integration_tests.conftest import NEWS_LABELS
+from tests.integration_tests.proxy import Fault, FaultProxy
+from tests.integration_tests.reliability.soak import kill_mid_batch, load
 
 KEY = "sk-reliability-7f3a9c"  # the dedicated server below requires it
 
@@ -36,7 +36,7 @@ KEY = "sk-reliability-7f3a9c"  # the dedicated server below requires it
 @pytest.fixture(scope="module")
 def keyed_server(tiny_model: Path) -> Iterator[dict[str, VLLMServer]]:
     """A server of its own (the crash test kills it), requiring an API key."""
-    log = Path(__file__).resolve().parents[2] / "out" / "reliability-server.log"
+    log = Path(__file__).resolve().parents[3] / "out" / "reliability-server.log"
     log.parent.mkdir(exist_ok=True)
     holder = {"server": VLLMServer(tiny_model, profile="cpu", port=free_port(), api_key=KEY, log_path=log).start()}
     yield holder

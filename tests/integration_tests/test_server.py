@@ -11,10 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.launcher import PROFILES, ServerStartError, VLLMServer
-from server.test_model import QWEN3_SPECIAL_TOKENS, build_tokenizer
+from langchain_qwen_fast.server.launcher import PROFILES, ServerStartError, VLLMServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def group_alive(pid: int) -> bool:
@@ -70,21 +69,3 @@ def test_stop_kills_the_process_group(tiny_model: Path, tmp_path: Path) -> None:
     assert not group_alive(pid)
 
 
-def test_tokenizer_has_the_real_qwen_ids() -> None:
-    tokenizer = build_tokenizer()
-    assert tokenizer.convert_tokens_to_ids("<|im_start|>") == 151644
-    assert tokenizer.convert_tokens_to_ids("</think>") == 151668
-    assert len(QWEN3_SPECIAL_TOKENS) == 26
-    assert tokenizer.encode("Hello world") == [9707, 1879]
-    messages = [{"role": "user", "content": "hi"}]
-    off = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-    on = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert off == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    assert on == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-
-
-def test_cli_help() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "server", "serve", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert "--profile" in out.stdout and "--api-key" in out.stdout

@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast import Classification, QwenClassifier
-from server.launcher import VLLMServer, free_port
-from server.test_model import build_test_model
+from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
+from langchain_qwen_fast.server.launcher import VLLMServer, free_port
+from langchain_qwen_fast.server.test_model import build_test_model
 
-LABELS = ["World", "Sports", "Business", "Sci/Tech"]
-ROOT = Path(__file__).resolve().parents[2]
+LABELS = list(AG_NEWS_LABELS)
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def texts(n: int, tag: str = "") -> list[str]:
-    base = ["Stocks rally", "Late goal wins the cup", "Talks resume in Geneva", "New chip ships", "Rates held"]
-    return [f"{base[i % len(base)]} {tag}{i}" for i in range(n)]
+    return [f"{h} {tag}{i}" for i, h in enumerate(headlines(n))]
 
 
 def rss_mib() -> float:

@@ -9,7 +9,7 @@ import pytest
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.evaluation import main, parse_label_map
-from tests.conftest import NEWS_LABELS
+from tests.integration_tests.conftest import NEWS_LABELS
 
 
 def write_ag_csv(path: Path, news_texts: list[str], n: int) -> list[tuple[str, str]]:

@@ -10,8 +10,8 @@ from langchain_core.load import dumpd, load
 from langchain_core.prompts import ChatPromptTemplate
 
 from langchain_qwen_fast import ChatQwenFast, Classification, QwenClassifier
-from tests.conftest import NEWS_LABELS
-from tests.proxy import Fault, FaultProxy
+from tests.integration_tests.conftest import NEWS_LABELS
+from tests.integration_tests.proxy import Fault, FaultProxy
 
 
 def chat(url: str, **kwargs: Any) -> ChatQwenFast:

@@ -10,8 +10,8 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_qwen_fast import QwenClassifier, label_edge
-from tests.conftest import NEWS_LABELS
-from tests.proxy import FaultProxy
+from tests.integration_tests.conftest import NEWS_LABELS
+from tests.integration_tests.proxy import FaultProxy
 
 
 @pytest.fixture

@@ -1,20 +1,19 @@
-"""Build a Qwen3-architecture model with random weights and the real Qwen vocabulary.
+"""Build a Qwen3-architecture test model with random weights and the real Qwen vocabulary.
 
 No machine of ours reaches a model hub, so tests, CI and the offline demo serve a model made
 here. It has the real Qwen3 byte-level BPE (151,643 ranks shipped in the ``dashscope``
-package as ``qwen.tiktoken``), the 26 Qwen3 special tokens at their real ids, and a Qwen3-style
-chat template that honours ``enable_thinking``. Requests, token counts and (for a fixed output
+package as ``qwen.tiktoken``), the 26 Qwen3 special tokens at their real ids, and Qwen3's own
+chat template. Requests, token counts and (for a fixed output
 length) speed are those of the real model; the weights are random, so labels carry no meaning.
 
-    python -m server.test_model --size tiny --out .models/qwen3-tiny
+    qwen-fast build-test-model --size tiny --out .models/qwen3-tiny
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
 import shutil
-import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -59,44 +58,100 @@ QWEN3_SPECIAL_TOKENS = [
 FIRST_SPECIAL_ID = 151643
 VOCAB_SIZE = 151936  # embedding rows: ranks + specials + padding, as in the real checkpoint
 
-# Qwen3's chat format: ChatML turns, tools announced in the system turn, tool calls as
-# <tool_call>{json}</tool_call>, tool results as <tool_response> in a user turn, and an empty
-# <think></think> block after the generation prompt when enable_thinking is false.
-QWEN3_CHAT_TEMPLATE = r"""{%- if tools %}
-{{- '<|im_start|>system\n' }}
-{%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
-{{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
-{%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %}
-{{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
-{%- elif messages[0].role == 'system' %}
-{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+# Qwen3's own chat template, as shipped in the Qwen3 checkpoints' tokenizer_config.json: ChatML
+# turns, tools announced in the system turn, tool calls as <tool_call>{json}</tool_call>, tool
+# results as <tool_response> in a user turn, the reasoning of assistant turns after the last
+# user query kept in a <think> block, and an empty <think></think> block after the generation
+# prompt when enable_thinking is false. tests/unit_tests/test_chat_template.py pins each rule.
+QWEN3_CHAT_TEMPLATE = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\\n\\n' }}
+    {%- endif %}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
+    {%- endif %}
 {%- endif %}
-{%- for message in messages %}
-{%- if message.content is string %}{%- set content = message.content %}{%- else %}{%- set content = '' %}{%- endif %}
-{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
-{{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>\n' }}
-{%- elif message.role == 'assistant' %}
-{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}
-{{- '<|im_start|>assistant\n' + content }}
-{%- for tool_call in message.tool_calls or [] %}
-{%- if tool_call.function %}{%- set tool_call = tool_call.function %}{%- endif %}
-{%- if loop.first and content or not loop.first %}{{- '\n' }}{%- endif %}
-{{- '<tool_call>\n{"name": "' + tool_call.name + '", "arguments": ' }}
-{%- if tool_call.arguments is string %}{{- tool_call.arguments }}{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}
-{{- '}\n</tool_call>' }}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
 {%- endfor %}
-{{- '<|im_end|>\n' }}
-{%- elif message.role == 'tool' %}
-{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
-{{- '\n<tool_response>\n' + content + '\n</tool_response>' }}
-{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}
-{%- endif %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}
-{{- '<|im_start|>assistant\n' }}
-{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}
-{%- endif %}
-"""
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}"""
 
 _SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(
@@ -229,6 +284,7 @@ def build_test_model(
         "seed": seed,
         "output_bias": _CLOSING_JSON_BIAS,
         "steady": _STEADY,
+        "chat_template": hashlib.sha256(QWEN3_CHAT_TEMPLATE.encode()).hexdigest()[:16],
     }
     if marker.exists() and not overwrite and json.loads(marker.read_text()) == recipe:
         return out
@@ -276,28 +332,3 @@ def build_test_model(
         ).save_pretrained(out)
     marker.write_text(json.dumps(recipe))
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="model directory to write")
-    parser.add_argument("--size", choices=sorted(_SHAPES), default="tiny")
-    parser.add_argument("--num-labels", type=int, help="write a sequence-classification head")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--overwrite", action="store_true")
-    parser.add_argument("--tokenizer-from", help="copy the tokenizer from this model directory")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    path = build_test_model(
-        args.out,
-        args.size,
-        num_labels=args.num_labels,
-        seed=args.seed,
-        overwrite=args.overwrite,
-        tokenizer_from=args.tokenizer_from,
-    )
-    print(f"built {args.size} test model in {path} ({time.perf_counter() - start:.1f} s)")
-
-
-if __name__ == "__main__":
-    main()

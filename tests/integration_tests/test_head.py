@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from langchain_qwen_fast import Classification, ContextLengthError, InvalidInputError, QwenClassifier, QwenFastError
-from tests.conftest import NEWS_LABELS
-from tests.proxy import FaultProxy
+from tests.integration_tests.conftest import NEWS_LABELS
+from tests.integration_tests.proxy import FaultProxy
 
 
 def head(url: str, **kwargs: Any) -> QwenClassifier:
@@ -66,7 +66,7 @@ def test_head_errors(head_server_url: str) -> None:
 
 
 def test_head_with_token_id_prompts(head_server_url: str, news_texts: list[str]) -> None:
-    from tests.conftest import ROOT
+    from tests.integration_tests.conftest import ROOT
 
     texts = [f"{news_texts[i % len(news_texts)]} ({i})" for i in range(70)]
     by_text = head(head_server_url).batch(texts)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from langchain_qwen_fast.benchmark import _drop_flags, news_items
-from server.launcher import PROFILES
+from langchain_qwen_fast.server.launcher import PROFILES
 
 
 def test_drop_flags_removes_flags_with_their_values() -> None:

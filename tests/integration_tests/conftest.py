@@ -1,4 +1,4 @@
-"""Fixtures: one real vLLM server (CPU, tiny random-weight Qwen3 model) per test session.
+"""Integration fixtures: one real vLLM server (CPU, tiny random-weight Qwen3 model) per test session.
 
 The server is started through the project's launcher. Set ``QWEN_FAST_TEST_BASE_URL`` to
 test against a server that is already running (it must serve the tiny model as ``qwen3``).
@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from server.launcher import VLLMServer
-from server.test_model import build_test_model
-from tests.proxy import FaultProxy
+from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
+from langchain_qwen_fast.server.launcher import VLLMServer
+from langchain_qwen_fast.server.test_model import build_test_model
+from tests.integration_tests.proxy import FaultProxy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"
-NEWS_LABELS = ["World", "Sports", "Business", "Sci/Tech"]
+NEWS_LABELS = list(AG_NEWS_LABELS)
 _startup_seconds: list[float] = []  # printed in the terminal summary
 
 
@@ -67,10 +68,7 @@ def proxy(server_url: str) -> Iterator[FaultProxy]:
 @pytest.fixture(scope="session")
 def news_texts() -> list[str]:
     """175 distinct short news-like texts."""
-    subjects = ["Stocks", "The striker", "Parliament", "A new chip", "Oil prices", "The coach", "Rebels"]
-    verbs = ["rally after", "fall before", "surprise analysts with", "shrug off", "react to"]
-    objects = ["the rate decision", "a late goal", "the ceasefire talks", "quarterly results", "a launch"]
-    return [f"{s} {v} {o}" for s in subjects for v in verbs for o in objects]
+    return headlines(175)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

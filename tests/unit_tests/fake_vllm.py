@@ -1,0 +1,179 @@
+"""A canned vLLM server for the unit layer: an ``httpx.MockTransport`` handler that answers
+``/v1/models``, ``/tokenize``, ``/v1/completions`` and ``/classify`` the way vLLM does, from a
+toy tokenizer and scores derived from each prompt, with no network.
+
+It records every request and takes queued faults per path, so the request procedure (set-up,
+grouping, splitting, retries, ordering, per-item errors) is driven exactly as against a server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+_TOKEN = re.compile(r"<\|[a-z_]+\|>|</?think>|\w+|[^\w\s]|\s+")
+
+
+def toy_tokenize(text: str) -> list[int]:
+    """Words, punctuation marks, runs of whitespace and control tokens, each one stable id."""
+    return [zlib.crc32(t.encode()) % 1_000_000 + 1_000 for t in _TOKEN.findall(text)]
+
+
+def logit(prompt: Any, token: int) -> float:
+    """The fake model's score of ``token`` after ``prompt``: fixed per (prompt, token)."""
+    key = (json.dumps(prompt) + f"|{token}").encode()
+    return (zlib.crc32(key) % 10_000) / 1_000.0  # 0 .. 10
+
+
+def softmax(scores: list[float]) -> list[float]:
+    top = max(scores)
+    weights = [math.exp(s - top) for s in scores]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+@dataclass
+class Recorded:
+    method: str
+    url: str
+    path: str
+    body: Any
+    headers: dict[str, str]
+
+
+@dataclass
+class FakeVLLM:
+    """Call it with a request (it is the MockTransport handler); see the module docstring."""
+
+    models: dict[str, int] = field(default_factory=lambda: {"qwen3": 512})
+    #: honour ``logprob_token_ids`` (vLLM >= 0.11); else return the top 20 like older servers
+    logprob_token_ids: bool = True
+    #: classes of the served head (``/classify``); None: not a pooling model
+    head_classes: int | None = None
+    #: prompts containing this make the whole completions request fail with HTTP 400
+    poison: str = "POISON"
+    requests: list[Recorded] = field(default_factory=list)
+    faults: dict[str, list[Callable[[httpx.Request], httpx.Response]]] = field(default_factory=dict)
+    #: hosts that refuse connections (a replica that is down)
+    down_hosts: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self)
+
+    def fail(self, path_suffix: str, *responses: Callable[[httpx.Request], httpx.Response]) -> None:
+        """Queue replies for requests whose path ends with ``path_suffix``, one each, in order."""
+        self.faults.setdefault(path_suffix, []).extend(responses)
+
+    def calls(self, path_suffix: str) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith(path_suffix)]
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.host in self.down_hosts:
+            raise httpx.ConnectError("connection refused", request=request)
+        body = json.loads(request.content) if request.content else None
+        with self._lock:
+            self.requests.append(
+                Recorded(request.method, str(request.url), request.url.path, body, dict(request.headers))
+            )
+            for suffix, queue in self.faults.items():
+                if request.url.path.endswith(suffix) and queue:
+                    return queue.pop(0)(request)
+        path = request.url.path
+        if path.endswith("/v1/models"):
+            return self._json({"data": [{"id": m, "max_model_len": n} for m, n in self.models.items()]})
+        if path.endswith("/tokenize"):
+            ids = toy_tokenize(body["prompt"])
+            return self._json({"tokens": ids, "count": len(ids), "max_model_len": 512})
+        if path.endswith("/v1/completions"):
+            return self._completions(body)
+        if path.endswith("/classify"):
+            return self._classify(body)
+        return self._json({"error": {"message": f"no route {path}"}}, 404)
+
+    @staticmethod
+    def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> httpx.Response:
+        return httpx.Response(status, json=data, headers=headers)
+
+    def _completions(self, body: dict[str, Any]) -> httpx.Response:
+        if body.get("model") not in self.models:
+            return self._json({"error": {"message": f"The model `{body.get('model')}` does not exist."}}, 404)
+        prompts = body["prompt"]
+        if any(self.poison in (p if isinstance(p, str) else "") for p in prompts):
+            return self._json({"error": {"message": "This prompt is poisoned."}}, 400)
+        choices = []
+        for index, prompt in enumerate(prompts):
+            if "structured_outputs" in body:
+                options = body["structured_outputs"]["choice"]
+                scores = [logit(prompt, k) for k in range(len(options))]
+                text = options[scores.index(max(scores))]
+                choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": "stop"})
+                continue
+            allowed = body["allowed_token_ids"]
+            probs = softmax([logit(prompt, t) for t in allowed])
+            chosen = allowed[probs.index(max(probs))]
+            logprobs = {f"token_id:{t}": math.log(p) for t, p in zip(allowed, probs)}
+            if not (self.logprob_token_ids and body.get("logprob_token_ids")):
+                logprobs = {f"token_id:{chosen}": logprobs[f"token_id:{chosen}"]}  # top-1 only
+            choices.append(
+                {
+                    "index": index,
+                    "text": "x",
+                    "logprobs": {
+                        "tokens": [f"token_id:{chosen}"],
+                        "token_logprobs": [logprobs[f"token_id:{chosen}"]],
+                        "top_logprobs": [logprobs],
+                    },
+                    "finish_reason": "length",
+                }
+            )
+        return self._json({"object": "text_completion", "choices": choices})
+
+    def _classify(self, body: dict[str, Any]) -> httpx.Response:
+        if self.head_classes is None:
+            return self._json({"error": {"message": "not a pooling model"}}, 400)
+        data = []
+        for index, item in enumerate(body["input"]):
+            probs = softmax([logit(item, k) for k in range(self.head_classes)])
+            data.append({"index": index, "label": "LABEL_0", "probs": probs, "num_classes": self.head_classes})
+        return self._json({"object": "list", "data": data})
+
+
+Fault = Callable[[httpx.Request], httpx.Response]
+
+
+def status(code: int, headers: dict[str, str] | None = None, message: str = "injected") -> Fault:
+    """A fault: answer with this HTTP status."""
+    return lambda request: httpx.Response(code, json={"error": {"message": message}}, headers=headers)
+
+
+def raw(content: bytes, code: int = 200) -> Fault:
+    """A fault: answer with these bytes (e.g. malformed JSON)."""
+    return lambda request: httpx.Response(code, content=content)
+
+
+def reset() -> Fault:
+    """A fault: the connection drops."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("peer closed connection", request=request)
+
+    return handler
+
+
+def timeout() -> Fault:
+    """A fault: no answer within the timeout."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    return handler

@@ -1,0 +1,337 @@
+"""QwenClassifier's request procedure, sync and async, against a canned vLLM (no network)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.prompts import ChatPromptTemplate
+
+from langchain_qwen_fast import (
+    Classification,
+    ContextLengthError,
+    InvalidInputError,
+    LabelParseError,
+    QwenClassifier,
+    QwenFastError,
+    ResponseFormatError,
+    ServerConnectionError,
+    ServerStatusError,
+    ServerTimeoutError,
+)
+from langchain_qwen_fast.prompting import PROMPT_SUFFIX
+from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
+from tests.unit_tests.fake_vllm import FakeVLLM, logit, raw, reset, softmax, status, timeout, toy_tokenize
+
+LABELS = list(AG_NEWS_LABELS)
+URL = "http://vllm.test/v1"
+
+
+def make(fake: FakeVLLM, **kwargs: Any) -> QwenClassifier:
+    settings: dict[str, Any] = {"labels": LABELS, "base_url": URL, "model": "qwen3", "http_transport": fake.transport}
+    return QwenClassifier(**{**settings, **kwargs})
+
+
+@pytest.fixture
+def fake() -> FakeVLLM:
+    return FakeVLLM()
+
+
+def expected(classifier: QwenClassifier, text: str) -> list[float]:
+    """The fake server's label probabilities for ``text``, computed on our side."""
+    plan = classifier.prepare()
+    return softmax([logit(plan.render(text), t) for t in plan.answer_token_ids])
+
+
+# -- set-up ----------------------------------------------------------------------------------
+def test_setup_learns_label_tokens_and_budget_from_the_server(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    plan = classifier.prepare()
+    assert plan.scoring == "label_tokens"
+    assert plan.answer_token_ids == tuple(toy_tokenize(label)[0] for label in LABELS)
+    assert plan.overhead_tokens == len(toy_tokenize(plan.prefix + PROMPT_SUFFIX))
+    assert plan.max_model_len == 512 and plan.has_logprob_token_ids
+    # models, one /tokenize per label and letter, the overhead count, one probe
+    assert [r.path for r in fake.requests][:1] == ["/v1/models"]
+    assert len(fake.calls("/tokenize")) == 2 * len(LABELS) + 1
+    assert len(fake.calls("/v1/completions")) == 1
+    classifier.prepare()
+    assert len(fake.requests) == 1 + 2 * len(LABELS) + 1 + 1  # done once
+
+
+async def test_async_setup_matches_sync(fake: FakeVLLM) -> None:
+    assert await make(fake).aprepare() == make(FakeVLLM()).prepare()
+
+
+def test_model_not_served_is_a_clear_error(fake: FakeVLLM) -> None:
+    classifier = make(fake, model="qwen3-typo")
+    with pytest.raises(QwenFastError, match=r"'qwen3-typo' is not served .* serves \['qwen3'\]"):
+        classifier.invoke("text")
+
+
+def test_labels_sharing_a_first_token_are_asked_for_by_letter(fake: FakeVLLM) -> None:
+    classifier = make(fake, labels=["Sci/Tech", "Sci-Fi", "Sports"])
+    plan = classifier.prepare()
+    assert plan.scoring == "letter_tokens" and "A: Sci/Tech" in plan.prefix and "C: Sports" in plan.prefix
+    result = classifier.invoke("A film about robots")
+    assert result.scoring == "letter_tokens" and result.label in ("Sci/Tech", "Sci-Fi", "Sports")
+
+
+def test_server_without_logprob_token_ids_falls_back_to_top_k(fake: FakeVLLM) -> None:
+    fake.logprob_token_ids = False
+    classifier = make(fake)
+    assert not classifier.prepare().has_logprob_token_ids
+    result = classifier.invoke("Markets wobble")
+    body = fake.calls("/v1/completions")[-1].body
+    assert body["logprobs"] == 20 and "logprob_token_ids" not in body
+    assert result.scores is not None and result.scores[result.label] == 1.0  # only the chosen came back
+
+
+def test_setup_failure_fails_every_item_and_is_retried_next_call(fake: FakeVLLM) -> None:
+    fake.fail("/v1/models", status(404, message="no models route"))
+    classifier = make(fake, max_retries=0)
+    results = classifier.batch(["a", "b"], return_exceptions=True)
+    assert all(isinstance(r, ServerStatusError) and r.status_code == 404 for r in results)
+    assert classifier.invoke("a").label in LABELS  # set-up is tried again, and works
+
+
+# -- results ---------------------------------------------------------------------------------
+def test_invoke_scores_are_the_servers_label_probabilities(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    text = "Stocks rally as the central bank cuts rates"
+    result = classifier.invoke(text)
+    want = expected(classifier, text)
+    assert result.scores is not None and list(result.scores) == LABELS
+    assert [result.scores[label] for label in LABELS] == pytest.approx(want, rel=1e-9)
+    assert result.label == LABELS[want.index(max(want))]
+    assert math.isclose(sum(result.scores.values()), 1.0) and result.confidence == max(want)
+
+
+async def test_batch_and_abatch_keep_input_order(fake: FakeVLLM) -> None:
+    classifier = make(fake, batch_size=7, max_concurrency=3)
+    texts = headlines(100)
+    sync = classifier.batch(texts)
+    asynchronous = await classifier.abatch(texts)
+    for text, s, a in zip(texts, sync, asynchronous):
+        want = expected(classifier, text)
+        assert s == a
+        assert s.scores is not None and [s.scores[label] for label in LABELS] == pytest.approx(want)
+
+
+def test_batch_groups_prompts_per_request(fake: FakeVLLM) -> None:
+    classifier = make(fake, batch_size=50)
+    classifier.prepare()
+    before = len(fake.calls("/v1/completions"))
+    classifier.batch(headlines(200))
+    grouped = fake.calls("/v1/completions")[before:]
+    assert sorted(len(r.body["prompt"]) for r in grouped) == [50, 50, 50, 50]
+
+
+def test_request_is_lean_and_prefix_first(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    classifier.batch(["a headline", "another headline"])
+    body = fake.calls("/v1/completions")[-1].body
+    assert body["stream"] is False and body["temperature"] == 0 and body["max_tokens"] == 1
+    assert body["allowed_token_ids"] == body["logprob_token_ids"] == list(classifier.prepare().answer_token_ids)
+    assert body["return_tokens_as_token_ids"] is True
+    first, second = body["prompt"]
+    assert first.endswith("a headline<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert first.split("a headline")[0] == second.split("another headline")[0]  # shared prefix
+
+
+def test_abstain_below(fake: FakeVLLM) -> None:
+    classifier = make(fake, abstain_below=0.99)
+    result = classifier.invoke("anything at all")
+    assert result.abstained and result.label is None and result.scores is not None
+    assert make(FakeVLLM(), abstain_below=0.01).invoke("anything at all").label in LABELS
+
+
+def test_input_shapes(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    text = "Oil prices climb after the summit"
+    by_str = classifier.invoke(text)
+    assert classifier.invoke({"text": text, "other": 1}) == by_str
+    prompt = ChatPromptTemplate.from_messages([("human", "{text}")])
+    assert (prompt | classifier).invoke({"text": text}) == by_str
+
+
+def test_constrained_choice_when_letters_cannot_help(fake: FakeVLLM) -> None:
+    labels = [f"Topic {i}" for i in range(30)]  # all start with "Topic"; more than 26 letters
+    classifier = make(fake, labels=labels)
+    result = classifier.invoke("a text")
+    assert result.scoring == "constrained_choice" and result.scores is None and result.label in labels
+    body = fake.calls("/v1/completions")[-1].body
+    assert body["structured_outputs"] == {"choice": labels} and "allowed_token_ids" not in body
+
+
+# -- bad input and faults stay with their item ---------------------------------------------
+def test_bad_items_fail_alone_and_keep_order(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    inputs: list[Any] = ["good one", "", None, {"title": "x"}, b"bytes", "\ud800", "good two", "   "]
+    results = classifier.batch(inputs, return_exceptions=True)
+    kinds = [type(r).__name__ for r in results]
+    assert kinds == ["Classification", *["InvalidInputError"] * 5, "Classification", "InvalidInputError"]
+    assert "dict input needs a 'text' key" in str(results[3]) and "decode bytes first" in str(results[4])
+    sent = [p for r in fake.calls("/v1/completions")[1:] for p in r.body["prompt"]]
+    assert len(sent) == 2  # bad items never reach the server
+
+
+def test_without_return_exceptions_the_first_error_raises(fake: FakeVLLM) -> None:
+    with pytest.raises(InvalidInputError):
+        make(fake).batch(["fine", ""])
+
+
+def test_a_bad_prompt_in_a_group_fails_only_its_item(fake: FakeVLLM) -> None:
+    classifier = make(fake, batch_size=8)
+    texts = headlines(8)
+    texts[5] = "POISON pill"
+    results = classifier.batch(texts, return_exceptions=True)
+    assert isinstance(results[5], ServerStatusError) and results[5].status_code == 400
+    assert all(isinstance(r, Classification) for i, r in enumerate(results) if i != 5)
+
+
+def test_too_long_text_is_rejected_before_sending(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    long_text = "word " * 600
+    results = classifier.batch(["short", long_text], return_exceptions=True)
+    assert isinstance(results[0], Classification)
+    assert isinstance(results[1], ContextLengthError) and results[1].limit < results[1].tokens
+    counted = [r.body["prompt"] for r in fake.calls("/tokenize")]
+    assert long_text in counted and "short" not in counted  # only the unsure text is counted
+
+
+@pytest.mark.parametrize("fault", [status(503), status(429, {"retry-after": "0"}), reset(), timeout()])
+def test_transient_faults_are_retried(fake: FakeVLLM, fault: Any) -> None:
+    classifier = make(fake, retry_deadline=5)
+    classifier.prepare()
+    fake.fail("/v1/completions", fault)
+    assert classifier.invoke("retry me").label in LABELS
+    prompt = [classifier.prepare().render("retry me")]
+    assert len([r for r in fake.calls("/v1/completions") if r.body["prompt"] == prompt]) == 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [(status(503), ServerStatusError), (reset(), ServerConnectionError), (timeout(), ServerTimeoutError)],
+)
+def test_retries_run_out_into_a_typed_error_per_item(fake: FakeVLLM, fault: Any, error: type) -> None:
+    classifier = make(fake, max_retries=1, retry_deadline=5)
+    classifier.prepare()
+    fake.fail("/v1/completions", fault, fault)
+    results = classifier.batch(["one", "two"], return_exceptions=True)
+    assert all(isinstance(r, error) for r in results)
+
+
+def test_client_errors_are_not_retried(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    classifier.prepare()
+    before = len(fake.calls("/v1/completions"))
+    fake.fail("/v1/completions", status(404, message="gone"))
+    with pytest.raises(ServerStatusError, match=r"HTTP 404 .*gone"):
+        classifier.invoke("once")
+    assert len(fake.calls("/v1/completions")) == before + 1
+
+
+def test_malformed_reply_is_a_format_error(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    classifier.prepare()
+    fake.fail("/v1/completions", raw(b'{"choices": [tru'))
+    with pytest.raises(ResponseFormatError, match="malformed JSON"):
+        classifier.invoke("x")
+
+
+def test_missing_and_off_label_choices_fail_only_their_items(fake: FakeVLLM) -> None:
+    classifier = make(fake, batch_size=3)
+    plan = classifier.prepare()
+
+    def tamper(request: httpx.Request) -> httpx.Response:
+        reply = fake._completions(__import__("json").loads(request.content)).json()
+        reply["choices"] = [c for c in reply["choices"] if c["index"] != 1]  # lose item 1
+        reply["choices"][1]["logprobs"]["tokens"] = ["token_id:7"]  # item 2 answers no label
+        return httpx.Response(200, json=reply)
+
+    fake.fail("/v1/completions", tamper)
+    results = classifier.batch(["a", "b", "c"], return_exceptions=True)
+    assert isinstance(results[0], Classification)
+    assert isinstance(results[1], ResponseFormatError) and "no choice for prompt 1" in str(results[1])
+    assert isinstance(results[2], LabelParseError)
+    assert 7 not in plan.answer_token_ids
+
+
+# -- head mode -------------------------------------------------------------------------------
+def test_head_mode_reads_classify_probabilities(fake: FakeVLLM) -> None:
+    fake.head_classes = 4
+    classifier = make(fake, mode="head")
+    result = classifier.invoke("Stocks rally")
+    want = softmax([logit("Stocks rally", k) for k in range(4)])
+    assert result.scoring == "head" and result.scores is not None
+    assert [result.scores[label] for label in LABELS] == pytest.approx(want)
+    assert fake.calls("/classify")[-1].body == {"model": "qwen3", "input": ["Stocks rally"]}
+
+
+def test_head_with_the_wrong_number_of_classes_is_refused(fake: FakeVLLM) -> None:
+    fake.head_classes = 3
+    with pytest.raises(QwenFastError, match="3-class head but 4 labels"):
+        make(fake, mode="head").invoke("x")
+
+
+# -- replicas, keys, callbacks ----------------------------------------------------------------
+def test_replicas_take_turns_and_a_down_one_costs_a_retry(fake: FakeVLLM) -> None:
+    urls = ["http://a.test/v1", "http://b.test/v1"]
+    classifier = make(fake, base_url=urls, batch_size=10)
+    classifier.batch(headlines(100))
+    hosts = [httpx.URL(r.url).host for r in fake.calls("/v1/completions")]
+    assert abs(hosts.count("a.test") - hosts.count("b.test")) <= 1
+    fake.down_hosts.add("a.test")
+    results = classifier.batch(headlines(100), return_exceptions=True)
+    assert all(isinstance(r, Classification) for r in results)
+
+
+def test_api_key_travels_in_the_header_only(fake: FakeVLLM) -> None:
+    classifier = make(fake, api_key="sk-secret-123", max_retries=0)
+    classifier.invoke("x")
+    assert fake.requests[-1].headers["authorization"] == "Bearer sk-secret-123"
+    assert "sk-secret-123" not in repr(classifier) and "sk-secret-123" not in str(classifier.to_json())
+    fake.fail("/v1/completions", status(401, message="bad key"))
+    with pytest.raises(ServerStatusError) as info:
+        classifier.invoke("y")
+    assert "sk-secret-123" not in str(info.value)
+
+
+def test_one_run_per_item_in_callbacks(fake: FakeVLLM) -> None:
+    class Recorder(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.starts = 0
+            self.ends = 0
+            self.errors = 0
+
+        def on_chain_start(self, *args: Any, **kwargs: Any) -> None:
+            self.starts += 1
+
+        def on_chain_end(self, *args: Any, **kwargs: Any) -> None:
+            self.ends += 1
+
+        def on_chain_error(self, *args: Any, **kwargs: Any) -> None:
+            self.errors += 1
+
+    recorder = Recorder()
+    make(fake).batch(["one", "", "three"], config={"callbacks": [recorder]}, return_exceptions=True)
+    assert (recorder.starts, recorder.ends, recorder.errors) == (3, 2, 1)
+
+
+def test_from_chat_model_takes_the_chat_models_settings() -> None:
+    from langchain_qwen_fast import ChatQwenFast
+
+    chat = ChatQwenFast(base_url="http://chat.test/v1", model="m", api_key="k", max_retries=1, timeout=7)
+    classifier = QwenClassifier.from_chat_model(chat, labels=LABELS, batch_size=9)
+    assert (classifier.base_url, classifier.model, classifier.max_retries, classifier.timeout) == (
+        "http://chat.test/v1",
+        "m",
+        1,
+        7.0,
+    )
+    assert classifier.api_key is not None and classifier.api_key.get_secret_value() == "k"
+    assert classifier.batch_size == 9
