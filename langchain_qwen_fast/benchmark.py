@@ -629,7 +629,7 @@ def _prompt_tokens(classifier: Any, root_url: str, texts: list[str]) -> dict[str
 def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Path) -> dict[str, Any]:
     """Each entry of the JSON file: ``{"profile": "gpu", "drop": [...], "flags": [...]}``: the
     profile's flags without those in ``drop`` (and their values), then ``flags``."""
-    from langchain_qwen_fast.server.launcher import PROFILES
+    from langchain_qwen_fast.server.launcher import PROFILES, drop_flags
 
     configs: dict[str, dict[str, Any]] = json.loads(Path(args.compare_flags).read_text())
     runs: dict[str, Any] = {}
@@ -637,7 +637,7 @@ def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Pa
     for n, (name, config) in enumerate(configs.items()):
         profile, flags = config.get("profile", args.profile), list(config.get("flags", []))
         if config.get("drop"):
-            flags = _drop_flags(list(PROFILES[profile].args), config["drop"]) + flags
+            flags = drop_flags(PROFILES[profile].args, config["drop"]) + flags
             profile = "default"
         t0 = time.perf_counter()
         try:
@@ -660,18 +660,6 @@ def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Pa
     if sampler is not None:
         sampler.stop()
     return report
-
-
-def _drop_flags(args: list[str], drop: list[str]) -> list[str]:
-    """``args`` without the flags in ``drop`` and the values that follow them."""
-    kept: list[str] = []
-    skipping = False
-    for arg in args:
-        if arg.startswith("--"):
-            skipping = arg in drop
-        if not skipping:
-            kept.append(arg)
-    return kept
 
 
 __all__ = ["PathResult", "add_parser", "measure", "run"]

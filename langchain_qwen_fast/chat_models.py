@@ -65,6 +65,9 @@ class ChatQwenFast(ChatOpenAI):
     """Ask for token usage in the last streamed chunk (vLLM supports ``stream_options``)."""
     retry_deadline: float = Field(default=60.0, gt=0)
     """No retry wait starts that would end more than this many seconds after the first try."""
+    http_socket_options: Sequence[tuple[int, int, int]] | None = ()
+    """Unused: requests go through this package's pooled clients (so ``ChatOpenAI``'s probe of
+    the machine's socket options is skipped)."""
 
     _transport: Transport = PrivateAttr()
 

@@ -510,5 +510,3 @@ def _raise_any(results: list[Any]) -> list[Any]:
 
 def _is_request_error(reply: Any) -> bool:
     return isinstance(reply, ServerStatusError) and not reply.retryable and reply.status_code < 500
-
-

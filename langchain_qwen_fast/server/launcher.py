@@ -104,6 +104,19 @@ PROFILES: dict[str, ServerProfile] = {
 }
 
 
+def drop_flags(args: Sequence[str], drop: Sequence[str]) -> list[str]:
+    """``args`` without the flags in ``drop`` and the values that follow them (for a
+    before/after comparison that removes one flag of a profile)."""
+    kept: list[str] = []
+    skipping = False
+    for arg in args:
+        if arg.startswith("--"):
+            skipping = arg in drop
+        if not skipping:
+            kept.append(arg)
+    return kept
+
+
 class ServerStartError(RuntimeError):
     """The vLLM server did not become healthy; the message carries its log's tail."""
 

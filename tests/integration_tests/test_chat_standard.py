@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from langchain_tests.integration_tests import ChatModelIntegrationTests
-from langchain_tests.unit_tests import ChatModelUnitTests
 
 from langchain_qwen_fast import ChatQwenFast
 
@@ -28,33 +27,6 @@ _server: dict[str, str] = {}
 @pytest.fixture(autouse=True)
 def _use_test_server(server_url: str) -> None:
     _server["base_url"] = server_url
-
-
-class TestChatQwenFastUnit(ChatModelUnitTests):
-    @property
-    def chat_model_class(self) -> type[ChatQwenFast]:
-        return ChatQwenFast
-
-    @property
-    def chat_model_params(self) -> dict[str, Any]:
-        return {"model": "qwen3", "base_url": "http://127.0.0.1:1/v1"}
-
-    @property
-    def init_from_env_params(self) -> tuple[dict, dict, dict]:
-        return (
-            {"VLLM_API_KEY": "sk-from-env"},
-            {"model": "qwen3"},
-            {"openai_api_key": "sk-from-env"},
-        )
-
-    @pytest.mark.xfail(
-        reason="langchain-core 1.8's load() admits only classes in its own built-in mapping, even with "
-        "allowed_objects='all' as langchain-tests 1.1.9 passes; no third-party class can pass. "
-        "Round-trip with an explicit allowlist is tested in test_chat_model.py",
-        strict=True,
-    )
-    def test_serdes(self, model: Any, snapshot: Any) -> None:
-        super().test_serdes(model, snapshot)
 
 
 class TestChatQwenFastIntegration(ChatModelIntegrationTests):

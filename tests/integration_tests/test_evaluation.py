@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.evaluation import main, parse_label_map
+from langchain_qwen_fast.cli import main
+from langchain_qwen_fast.evaluation import parse_label_map
 from tests.integration_tests.conftest import NEWS_LABELS
 
 
@@ -63,7 +64,7 @@ def test_eval_generate_mode_on_ag_news_layout(
 ) -> None:
     data = tmp_path / "ag.csv"
     rows = write_ag_csv(data, news_texts, 48)
-    main([str(data), "--base-url", server_url, "--out", str(tmp_path / "out"), "--latency-samples", "5"])
+    main(["eval", str(data), "--base-url", server_url, "--out", str(tmp_path / "out"), "--latency-samples", "5"])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["items"] == 48 and report["failed"] == 0
     check_report(report, rows, QwenClassifier(labels=NEWS_LABELS, base_url=server_url))
@@ -80,7 +81,7 @@ def test_eval_head_mode_jsonl_with_label_map_and_limit(
     data.write_text("\n".join(json.dumps({"text": t, "label": c}) for t, c in all_rows))
     out = tmp_path / "out"
     main([
-        str(data), "--base-url", head_server_url, "--model", "qwen3-cls", "--mode", "head",
+        "eval", str(data), "--base-url", head_server_url, "--model", "qwen3-cls", "--mode", "head",
         "--label-map", json.dumps(codes), "--limit", "40", "--out", str(out), "--latency-samples", "5",
     ])  # fmt: skip
     report = json.loads((out / "report.json").read_text())
@@ -99,4 +100,4 @@ def test_label_map_forms_and_unknown_labels(server_url: str, tmp_path: Path) -> 
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"text": "x", "label": "Politics"}))
     with pytest.raises(SystemExit, match="Politics"):
-        main([str(data), "--base-url", server_url, "--out", str(tmp_path / "o")])
+        main(["eval", str(data), "--base-url", server_url, "--out", str(tmp_path / "o")])

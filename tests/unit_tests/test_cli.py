@@ -1,0 +1,96 @@
+"""The ``qwen-fast`` command's argument handling (no server is started)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from langchain_qwen_fast import __version__
+from langchain_qwen_fast.cli import build_parser, main
+
+SUBCOMMANDS = ("serve", "eval", "bench", "build-test-model")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for name in SUBCOMMANDS:
+        assert name in out
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("serve", ["--profile", "--api-key", "--served-model-name", "--print-command"]),
+        ("eval", ["--label-map", "--mode", "--abstain-below", "--limit"]),
+        ("bench", ["--start-server", "--base-url", "--replicas", "--compare-flags", "--sweep"]),
+        ("build-test-model", ["--size", "--num-labels", "--tokenizer-from"]),
+    ],
+)
+def test_each_subcommand_documents_its_flags(capsys: pytest.CaptureFixture[str], name: str, flags: list[str]) -> None:
+    code, out, _ = run(capsys, name, "--help")
+    assert code == 0
+    for flag in flags:
+        assert flag in out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and __version__ in out
+
+
+def test_no_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys)
+    assert code == 2 and "COMMAND" in err
+
+
+def test_serve_prints_its_vllm_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "serve", "--model", "m", "--profile", "cpu", "--print-command", "--", "--seed", "7")
+    assert code == 0
+    command = shlex.split(out)
+    assert command[command.index("--host") + 1] == "127.0.0.1"
+    assert command[command.index("--model") + 1] == "m"
+    assert command[-2:] == ["--seed", "7"]
+
+
+def test_serve_rejects_vllm_flags_before_the_separator(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "serve", "--print-command", "stray")
+    assert code == 2 and "put vLLM flags after --" in err
+
+
+def test_bench_needs_a_server(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "bench")
+    assert code == 2 and "--base-url" in err and "--start-server" in err
+
+
+def test_eval_names_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "eval", str(tmp_path / "nope.csv"))
+    assert code == 2 and "no such file" in err
+
+
+def test_build_test_model_needs_two_labels(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "build-test-model", "--out", str(tmp_path), "--num-labels", "1")
+    assert code == 2 and "at least 2" in err
+
+
+def test_bad_option_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "serve", "--port", "eighty")
+    assert code == 2 and "invalid int value" in err
+
+
+def test_parser_is_buildable_without_heavy_imports() -> None:
+    import sys
+
+    build_parser()
+    assert "vllm" not in sys.modules and "matplotlib" not in sys.modules

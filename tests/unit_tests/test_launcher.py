@@ -1,0 +1,58 @@
+"""The launcher's pure parts: profiles, the command line, flag dropping, runner choice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from langchain_qwen_fast.server import PROFILES, VLLMServer, drop_flags
+
+
+def test_profiles_are_tuned_for_classification() -> None:
+    assert PROFILES["cpu"].env["VLLM_CPU_KVCACHE_SPACE"]
+    gpu = PROFILES["gpu"].args
+    # A KV cache sized for short prompts (not 92 % of the card) and full CUDA graphs.
+    assert gpu[gpu.index("--kv-cache-memory-bytes") + 1] == "2G"
+    assert json.loads(gpu[gpu.index("--compilation-config") + 1]) == {"cudagraph_mode": "FULL"}
+    assert PROFILES["default"].args == ()  # vLLM's own defaults, for comparisons
+    for name in ("cpu", "gpu"):
+        assert "--enable-prefix-caching" in PROFILES[name].args
+
+
+def test_command_binds_loopback_and_carries_the_profile(tmp_path: Path) -> None:
+    server = VLLMServer("model-dir", profile="gpu", port=1234, served_model_name="clf", log_path=tmp_path / "l")
+    command = server.command()
+    assert command[command.index("--host") + 1] == "127.0.0.1"
+    assert command[command.index("--port") + 1] == "1234"
+    assert command[command.index("--served-model-name") + 1] == "clf"
+    assert command[-len(PROFILES["gpu"].args) :] == list(PROFILES["gpu"].args)
+    assert server.base_url == "http://127.0.0.1:1234/v1"
+
+
+def test_api_key_is_never_on_the_command_line(tmp_path: Path) -> None:
+    server = VLLMServer("m", profile="cpu", port=1, api_key="sk-launch-1", log_path=tmp_path / "l")
+    assert "sk-launch-1" not in " ".join(server.command()) and "sk-launch-1" not in repr(server)
+
+
+def test_a_sequence_classification_checkpoint_gets_the_pooling_runner(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForSequenceClassification"]}))
+    command = VLLMServer(tmp_path, profile="cpu", port=1, log_path=tmp_path / "l").command()
+    assert command[command.index("--runner") + 1] == "pooling"
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    assert "--runner" not in VLLMServer(tmp_path, profile="cpu", port=1, log_path=tmp_path / "l").command()
+
+
+def test_unknown_profile_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown profile 'tpu'"):
+        VLLMServer("m", profile="tpu")  # type: ignore[arg-type]
+
+
+def test_drop_flags_removes_flags_with_their_values() -> None:
+    gpu = list(PROFILES["gpu"].args)
+    kept = drop_flags(gpu, ["--compilation-config", "--disable-log-stats"])
+    assert "--compilation-config" not in kept and "--disable-log-stats" not in kept
+    assert not any("cudagraph_mode" in a for a in kept)
+    assert kept[kept.index("--kv-cache-memory-bytes") + 1] == "2G"
+    assert len(kept) == len(gpu) - 3

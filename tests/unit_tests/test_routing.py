@@ -1,0 +1,130 @@
+"""The router's bookkeeping, the tool and the LangGraph edge, over a stand-in classifier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+from langchain_qwen_fast import Classification, ClassifierRouter, InvalidInputError, classifier_tool, label_edge
+from langchain_qwen_fast.classification import text_of
+
+LABELS = ["World", "Sports", "Business"]
+
+
+class StandIn:
+    """Labels by keyword."""
+
+    def classify(self, value: Any) -> Classification:
+        text = text_of(value)
+        if "unsure" in text:
+            return Classification(label=None, abstained=True, scores={k: 1 / 3 for k in LABELS}, scoring="head")
+        label = next((k for k in LABELS if k.lower() in text.lower()), "World")
+        return Classification(label=label, scores={k: float(k == label) for k in LABELS}, scoring="label_tokens")
+
+
+def desk(name: str) -> RunnableLambda:
+    def handle(text: str, config: RunnableConfig) -> tuple[str, str, Any, list[str]]:
+        return name, text, config.get("metadata", {}).get("route_label"), config.get("tags", [])
+
+    return RunnableLambda(handle)
+
+
+def router(standin: StandIn) -> ClassifierRouter:
+    return ClassifierRouter(
+        classifier=RunnableLambda(standin.classify),
+        routes={"Sports": desk("sports"), "Business": desk("business")},
+        default=desk("general"),
+    )
+
+
+def test_each_input_reaches_its_labels_branch_in_order() -> None:
+    texts = ["Sports final", "Business news", "World talks", "more sports", "unsure", ""]
+    outputs = router(StandIn()).batch(texts)
+    assert [o[0] for o in outputs] == ["sports", "business", "general", "sports", "general", "general"]
+    assert [o[1] for o in outputs] == texts  # the original input, not the classification
+    assert [o[2] for o in outputs] == ["Sports", "Business", "World", "Sports", None, None]
+    assert "route:sports" not in outputs[0][3] and "route:Sports" in outputs[0][3]
+    assert "route:default" in outputs[2][3]
+
+
+async def test_async_and_invoke_agree() -> None:
+    r = router(StandIn())
+    texts = ["Sports final", "Business news", "World talks"]
+    assert await r.abatch(texts) == r.batch(texts)
+    assert await r.ainvoke("Business news") == r.invoke("Business news")
+
+
+def test_failed_classification_goes_to_default_with_its_error() -> None:
+    captured: list[dict[str, Any]] = []
+
+    def record(text: str, config: RunnableConfig) -> str:
+        captured.append(dict(config.get("metadata", {})))
+        return "fallback"
+
+    r = ClassifierRouter(classifier=RunnableLambda(StandIn().classify), routes={}, default=RunnableLambda(record))
+    assert r.batch([""]) == ["fallback"]
+    assert captured[0]["route_label"] is None and "InvalidInputError" in captured[0]["route_error"]
+
+
+def test_a_branch_error_stays_with_its_item() -> None:
+    def boom(text: str) -> str:
+        raise RuntimeError(f"branch failed on {text}")
+
+    r = ClassifierRouter(
+        classifier=RunnableLambda(StandIn().classify), routes={"Sports": RunnableLambda(boom)}, default=desk("general")
+    )
+    outputs = r.batch(["Sports x", "World y"], return_exceptions=True)
+    assert isinstance(outputs[0], RuntimeError) and outputs[1][0] == "general"
+
+
+def test_tool_returns_the_decision_and_reports_bad_input_to_the_agent() -> None:
+    tool = classifier_tool(RunnableLambda(StandIn().classify), labels=LABELS)
+    assert "World, Sports, Business" in tool.description
+    assert tool.invoke({"text": "Business deal"}) == {
+        "label": "Business",
+        "scores": {"World": 0.0, "Sports": 0.0, "Business": 1.0},
+        "abstained": False,
+    }
+    assert "empty" in str(tool.invoke({"text": ""}))  # ToolException handled: the message comes back
+
+
+def test_tool_raises_other_errors() -> None:
+    def broken(value: Any) -> Classification:
+        raise ConnectionError("server down")
+
+    with pytest.raises(ConnectionError):
+        classifier_tool(RunnableLambda(broken), labels=LABELS).invoke({"text": "x"})
+
+
+async def test_label_edge_names_nodes() -> None:
+    edge = label_edge(RunnableLambda(StandIn().classify), {"Sports": "sports_node"}, default="triage")
+    assert edge.invoke({"text": "Sports today"}) == "sports_node"
+    assert edge.invoke({"text": "Business"}) == "triage"
+    assert edge.invoke({"text": ""}) == "triage"  # a failed classification
+    assert await edge.ainvoke({"text": "sports"}) == "sports_node"
+
+
+class Recording(RunnableLambda):
+    """A classifier runnable that records each batch it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__(StandIn().classify)
+        self.batches: list[int] = []
+
+    def batch(self, inputs: list[Any], *args: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        self.batches.append(len(inputs))
+        return super().batch(inputs, *args, **kwargs)
+
+
+def test_router_classifies_the_whole_batch_at_once_and_runs_each_branch_once() -> None:
+    classifier = Recording()
+    sports = Recording()
+    r = ClassifierRouter(classifier=classifier, routes={"Sports": sports}, default=desk("general"))
+    r.batch(["Sports a", "World b", "Sports c", "Sports d"])
+    assert classifier.batches == [4] and sports.batches == [3]
+
+
+def test_invalid_input_error_is_a_value_error() -> None:
+    assert issubclass(InvalidInputError, ValueError)

@@ -1,0 +1,162 @@
+"""vLLM endpoint bodies and reply parsing, on canned replies."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from langchain_qwen_fast import LabelParseError, ResponseFormatError
+from langchain_qwen_fast import vllm_api as api
+from langchain_qwen_fast.prompting import ClassifierPlan, LabelSet
+
+LABELS = LabelSet.build(["World", "Sports", "Business"])
+PLAN = ClassifierPlan(
+    label_set=LABELS,
+    scoring="label_tokens",
+    prefix=LABELS.render_prefix("label_tokens"),
+    answer_token_ids=(101, 102, 103),
+    max_tokens=1,
+    overhead_tokens=30,
+    max_model_len=512,
+    has_logprob_token_ids=True,
+)
+
+
+def choice(chosen: int, logprobs: dict[int, float], text: str = "x") -> dict[str, Any]:
+    return {
+        "index": 0,
+        "text": text,
+        "logprobs": {
+            "tokens": [f"token_id:{chosen}"],
+            "token_logprobs": [logprobs.get(chosen, -0.1)],
+            "top_logprobs": [{f"token_id:{t}": v for t, v in logprobs.items()}],
+        },
+    }
+
+
+def test_completions_body_limits_the_answer_to_label_tokens() -> None:
+    method, path, body = api.classify_call(PLAN, "qwen3", ["p1", [1, 2, 3]])
+    assert (method, path) == ("POST", "completions")
+    assert body == {
+        "model": "qwen3",
+        "prompt": ["p1", [1, 2, 3]],
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "stream": False,
+        "allowed_token_ids": [101, 102, 103],
+        "return_tokens_as_token_ids": True,
+        "logprobs": 1,
+        "logprob_token_ids": [101, 102, 103],
+    }
+
+
+def test_fallback_and_constrained_choice_bodies() -> None:
+    fallback = api.completions_body(dataclasses.replace(PLAN, has_logprob_token_ids=False), "m", ["p"])
+    assert fallback["logprobs"] == api.TOP_LOGPROBS_FALLBACK and "logprob_token_ids" not in fallback
+    choice_plan = dataclasses.replace(PLAN, scoring="constrained_choice", answer_token_ids=(), max_tokens=8)
+    body = api.completions_body(choice_plan, "m", ["p"])
+    assert body["structured_outputs"] == {"choice": ["World", "Sports", "Business"]}
+    assert "allowed_token_ids" not in body and body["max_tokens"] == 8
+
+
+def test_head_and_tokenize_and_models_calls() -> None:
+    head = dataclasses.replace(PLAN, scoring="head")
+    assert api.classify_call(head, "cls", ["a", "b"]) == ("POST", "/classify", {"model": "cls", "input": ["a", "b"]})
+    assert api.tokenize_call("m", "hi") == (
+        "POST",
+        "/tokenize",
+        {"model": "m", "prompt": "hi", "add_special_tokens": False},
+    )
+    assert api.models_call() == ("GET", "models", None)
+
+
+def test_parse_models_and_tokenize() -> None:
+    assert api.parse_models({"data": [{"id": "a", "max_model_len": 512}, {"id": "b"}]}) == {"a": 512, "b": 0}
+    assert api.parse_tokenize({"tokens": [1, 2], "count": 2}) == [1, 2]
+    for bad in ({}, {"data": None}, [], None):
+        with pytest.raises(ResponseFormatError, match="model list"):
+            api.parse_models(bad)
+    with pytest.raises(ResponseFormatError, match="tokens"):
+        api.parse_tokenize({"count": 2})
+
+
+def test_parse_choice_gives_the_label_and_its_probabilities() -> None:
+    logprobs = {101: math.log(0.1), 102: math.log(0.7), 103: math.log(0.2)}
+    prediction = api.parse_item(PLAN, choice(102, logprobs))
+    assert prediction.index == 1 and prediction.scores == pytest.approx((0.1, 0.7, 0.2))
+
+
+def test_chosen_token_counts_even_when_missing_from_top_logprobs() -> None:
+    item = choice(101, {102: math.log(0.5)})
+    item["logprobs"]["token_logprobs"] = [math.log(0.5)]
+    prediction = api.parse_choice(PLAN, item)
+    assert prediction.index == 0 and prediction.scores == pytest.approx((0.5, 0.5, 0.0))
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {},
+        {"text": "x"},
+        {"text": "x", "logprobs": None},
+        {"text": "x", "logprobs": {"tokens": []}},
+        {"text": "x", "logprobs": {"tokens": ["token_id:abc"], "top_logprobs": [{}], "token_logprobs": [0]}},
+        {"text": 5, "logprobs": {}},
+        "not a dict",
+    ],
+)
+def test_malformed_choices_are_format_errors(item: Any) -> None:
+    with pytest.raises(ResponseFormatError):
+        api.parse_item(PLAN, item)
+
+
+def test_a_token_outside_the_labels_is_a_label_parse_error() -> None:
+    with pytest.raises(LabelParseError, match="token 999") as info:
+        api.parse_item(PLAN, choice(999, {999: -0.1}, text="Weather"))
+    assert info.value.reply == "Weather"
+
+
+def test_constrained_choice_replies() -> None:
+    choice_plan = dataclasses.replace(PLAN, scoring="constrained_choice", answer_token_ids=())
+    assert api.parse_item(choice_plan, {"text": "<think>\n\n</think>\n\nSports"}).index == 1
+    with pytest.raises(LabelParseError, match="none of the labels"):
+        api.parse_item(choice_plan, {"text": "Weather"})
+
+
+def test_parse_head() -> None:
+    head = dataclasses.replace(PLAN, scoring="head")
+    prediction = api.parse_item(head, {"index": 0, "probs": [0.2, 0.2, 0.6]})
+    assert prediction.index == 2 and prediction.scores == pytest.approx((0.2, 0.2, 0.6))
+    with pytest.raises(ResponseFormatError, match="2 class probabilities for 3 labels"):
+        api.parse_item(head, {"probs": [0.5, 0.5]})
+    for bad in ([0, 0, 0], [float("nan"), 1, 1], [-1, 1, 1], ["a", 1, 1]):
+        with pytest.raises(ResponseFormatError):
+            api.parse_item(head, {"probs": bad})
+
+
+def test_reply_items_by_index() -> None:
+    assert api.reply_items(PLAN, {"choices": [{"index": 1}, {"index": 0}]}) == {1: {"index": 1}, 0: {"index": 0}}
+    head = dataclasses.replace(PLAN, scoring="head")
+    assert api.reply_items(head, {"data": [{"index": 0}]}) == {0: {"index": 0}}
+    for bad in ({}, {"choices": [{}]}, {"choices": None}, []):
+        with pytest.raises(ResponseFormatError, match="per-prompt items"):
+            api.reply_items(PLAN, bad)
+
+
+def test_probe_tells_whether_logprob_token_ids_is_honoured() -> None:
+    every = {"choices": [choice(101, {101: -1.0, 102: -2.0, 103: -3.0})]}
+    only_chosen = {"choices": [choice(101, {101: -1.0})]}
+    assert api.probe_has_logprob_token_ids(PLAN, every)
+    assert not api.probe_has_logprob_token_ids(PLAN, only_chosen)
+    with pytest.raises(ResponseFormatError):
+        api.probe_has_logprob_token_ids(PLAN, {"choices": []})
+    assert api.parse_num_classes({"data": [{"num_classes": 4}]}) == 4
+
+
+def test_token_id() -> None:
+    assert api.token_id("token_id:151644") == 151644
+    with pytest.raises(ValueError):
+        api.token_id("World")
