@@ -85,7 +85,7 @@ class ChatQwenFast(ChatOpenAI):
         )
         self.http_client = self.http_client or self._transport.client
         self.http_async_client = self.http_async_client or self._transport.new_async_client()
-        super().validate_environment()
+        super().validate_environment()  # type: ignore[operator]
         # Retries are ours (see _generate); the SDK must not retry underneath them.
         if self.root_client is not None:
             self.root_client = self.root_client.with_options(max_retries=0)

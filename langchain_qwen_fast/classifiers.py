@@ -161,7 +161,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             default=coerce_to_runnable(default),
         )
 
-    def as_tool(  # type: ignore[override]
+    def as_tool(
         self, args_schema: Any = None, *, name: str | None = None, description: str | None = None, **_: Any
     ) -> BaseTool:
         """A LangChain tool that labels a text, for agents (see
@@ -424,17 +424,17 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     def batch(
         self,
-        inputs: list[ClassifierInput],
+        inputs: Sequence[ClassifierInput],
         config: RunnableConfig | list[RunnableConfig] | None = None,
         *,
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[Classification]:
-        return self._batch_with_config(self._classify, inputs, config, return_exceptions=return_exceptions)
+        return self._batch_with_config(self._classify, list(inputs), config, return_exceptions=return_exceptions)
 
     async def abatch(
         self,
-        inputs: list[ClassifierInput],
+        inputs: Sequence[ClassifierInput],
         config: RunnableConfig | list[RunnableConfig] | None = None,
         *,
         return_exceptions: bool = False,
@@ -450,7 +450,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         item_configs: list[RunnableConfig] = []
         for start in range(0, len(inputs), _RUNS_PER_SLICE):
             part = range(start, min(start + _RUNS_PER_SLICE, len(inputs)))
-            sliced = [ensure_config(configs[i] if configs else config) for i in part]
+            sliced = [ensure_config(configs[i] if configs else _single(config)) for i in part]
             runs += await asyncio.gather(
                 *(
                     get_async_callback_manager_for_config(c).on_chain_start(
@@ -461,7 +461,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             )
             item_configs += sliced
             await asyncio.sleep(0)
-        results = await self._aclassify(inputs, item_configs)
+        results = await self._aclassify(list(inputs), item_configs)
         for start in range(0, len(results), _RUNS_PER_SLICE):
             await asyncio.gather(
                 *(
@@ -499,6 +499,10 @@ def _load_tokenizer(path: str) -> Any:
         return Tokenizer.from_file(str(file))
     except Exception as exc:
         raise ValueError(f"tokenizer_path: cannot load {file}: {exc}") from None
+
+
+def _single(config: RunnableConfig | list[RunnableConfig] | None) -> RunnableConfig | None:
+    return None if isinstance(config, list) else config
 
 
 def _raise_any(results: list[Any]) -> list[Any]:

@@ -153,7 +153,7 @@ QWEN3_CHAT_TEMPLATE = """{%- if tools %}
     {%- endif %}
 {%- endif %}"""
 
-_SHAPES: dict[str, dict[str, int]] = {
+_SHAPES: dict[str, dict[str, Any]] = {
     "tiny": dict(
         hidden_size=128,
         num_hidden_layers=2,
@@ -185,7 +185,7 @@ def qwen_tiktoken_path() -> Path:
     return Path(str(path))
 
 
-def build_tokenizer(max_len: int = 40960):
+def build_tokenizer(max_len: int = 40960) -> Any:
     """The real Qwen3 tokenizer, rebuilt from ``qwen.tiktoken`` with the Qwen3 chat template."""
     from tokenizers import normalizers
     from transformers import PreTrainedTokenizerFast
@@ -298,7 +298,7 @@ def build_test_model(
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
     else:
         tokenizer = build_tokenizer()
-    config = Qwen3Config(
+    config_args: dict[str, Any] = dict(
         vocab_size=VOCAB_SIZE,
         max_position_embeddings=40960,
         rope_theta=1_000_000.0,
@@ -311,7 +311,9 @@ def build_test_model(
         torch_dtype="bfloat16",
         **_SHAPES[size],
     )
+    config = Qwen3Config(**config_args)
     torch.manual_seed(seed)
+    model: Any
     if num_labels is None:
         model = Qwen3ForCausalLM(config)
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from langchain_qwen_fast.server.launcher import PROFILES, ServerStartError, VLLMServer
+from langchain_qwen_fast.server.launcher import ServerStartError, VLLMServer
 
 
 def group_alive(pid: int) -> bool:

@@ -87,7 +87,7 @@ def test_plan_scoring_prefers_label_tokens_then_letters_then_choice() -> None:
     assert plan_scoring(NEWS, [[10, 1], [10, 2], [12], [13]], letters) == ("letter_tokens", (65, 66, 67, 68), 1)
     scoring, ids, max_tokens = plan_scoring(NEWS, [[10, 1], [10, 2], [12], [13]], None)
     assert (scoring, ids) == ("constrained_choice", ())
-    assert max_tokens == len("Business".encode())  # the longest label in bytes bounds the reply
+    assert max_tokens == len(b"Business")  # the longest label in bytes bounds the reply
 
 
 def test_letters_that_are_not_single_tokens_fall_back_to_choice() -> None:
