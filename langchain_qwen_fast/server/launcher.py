@@ -256,6 +256,8 @@ class VLLMServer:
         """Start the server and wait until ``/health`` answers 200."""
         if self.running:
             return self
+        if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
+            raise ServerStartError(f"no model directory at {self.model}")
         env = {**os.environ, **self.profile.env, **self.env}
         if self._api_key:
             # Through the environment, not argv, so it never shows in `ps`.

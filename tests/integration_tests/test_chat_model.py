@@ -79,10 +79,10 @@ def test_retries_use_the_shared_policy(proxy: FaultProxy) -> None:
     assert len(proxy.calls("/chat/completions")) == before + 1  # no retry on 400
 
 
-def test_classifier_from_chat_model_shares_the_transport(proxy: FaultProxy) -> None:
+def test_classifier_from_chat_model_takes_its_server_and_settings(proxy: FaultProxy) -> None:
     model = chat(proxy.base_url, api_key="sk-shared", timeout=12, max_retries=1)
     classifier = QwenClassifier.from_chat_model(model, labels=NEWS_LABELS)
-    assert classifier._transport is model._transport
+    assert classifier.base_url == proxy.base_url
     assert classifier.timeout == 12 and classifier.max_retries == 1
     assert classifier.api_key is not None and classifier.api_key.get_secret_value() == "sk-shared"
     model.invoke("Say hi")

@@ -175,8 +175,7 @@ def test_requests_are_lean_thinking_off_no_streaming(proxy: FaultProxy) -> None:
 
 def test_prompt_matches_server_chat_template(classifier: QwenClassifier, server_url: str) -> None:
     classifier.invoke("warm up")
-    plan = classifier._plan
-    assert plan is not None
+    plan = classifier.prepare()
     text = "Markets wobble"
     system = plan.prefix.split("<|im_start|>system\n")[1].split("<|im_end|>")[0]
     root = server_url.removesuffix("/v1")
@@ -199,7 +198,7 @@ def test_prompt_matches_server_chat_template(classifier: QwenClassifier, server_
 def test_label_tokens_are_the_labels_first_tokens(classifier: QwenClassifier, server_url: str) -> None:
     classifier.invoke("warm up")
     root = server_url.removesuffix("/v1")
-    for label, token in zip(NEWS_LABELS, classifier._plan.answer_token_ids):
+    for label, token in zip(NEWS_LABELS, classifier.prepare().answer_token_ids):
         tokens = httpx.post(
             f"{root}/tokenize", json={"model": "qwen3", "prompt": label, "add_special_tokens": False}
         ).json()["tokens"]
@@ -212,7 +211,7 @@ def test_letter_aliases_when_labels_share_a_first_token(server_url: str) -> None
     result = classifier.invoke("A new telescope sees further")
     assert result.scoring == "letter_tokens"
     assert result.label in labels and math.isclose(sum(result.scores.values()), 1.0)
-    assert "A: Sci/Tech" in classifier._plan.prefix
+    assert "A: Sci/Tech" in classifier.prepare().prefix
 
 
 def test_constrained_choice_when_no_single_token_works(server_url: str) -> None:
@@ -448,7 +447,7 @@ def test_falls_back_to_top_logprobs_when_server_ignores_logprob_token_ids(proxy:
     proxy.inject("/v1/completions", Fault.rewrite_reply(like_older_vllm))
     classifier = make(proxy.base_url)
     result = classifier.invoke("Rates rise")
-    assert classifier._plan is not None and not classifier._plan.has_logprob_token_ids
+    assert not classifier.prepare().has_logprob_token_ids
     body = proxy.calls("/v1/completions")[-1].body
     assert body["logprobs"] == 20 and "logprob_token_ids" not in body
     assert result.label in NEWS_LABELS
@@ -483,7 +482,7 @@ def test_token_id_prompts_give_the_same_results(
     sent = [p for c in grouped for p in c.body["prompt"]]
     assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in sent)
     # The ids sent are exactly what the server makes of each rendered prompt.
-    plan = classifier._plan
+    plan = classifier.prepare()
     root = server_url.removesuffix("/v1")
     served = [
         httpx.post(
@@ -555,7 +554,7 @@ def test_token_ids_match_the_server_on_random_texts(server_url: str, tiny_model:
     texts = [t for t in texts if t.strip()]
     classifier = make(server_url, tokenizer_path=str(tiny_model))
     classifier.invoke("warm up")
-    plan = classifier._plan
+    plan = classifier.prepare()
     root = server_url.removesuffix("/v1")
     with httpx.Client() as http:
         served = [

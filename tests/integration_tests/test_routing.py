@@ -24,7 +24,7 @@ def classifier(proxy: FaultProxy) -> QwenClassifier:
     """
     classifier = QwenClassifier(labels=NEWS_LABELS, base_url=proxy.base_url)
     classifier.invoke("warm up")  # learn the label tokens
-    ids = classifier._plan.answer_token_ids
+    ids = classifier.prepare().answer_token_ids
 
     def steer(body: Any, reply: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(body, dict) or not isinstance(body.get("prompt"), list):
