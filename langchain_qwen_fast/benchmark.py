@@ -168,7 +168,7 @@ def build_paths(
 
     def raw_http(text: str) -> Any:
         # QwenClassifier's exact request, with nothing else around it.
-        body = vllm_api.completions_body(plan, model, [plan.render(text)])
+        body = vllm_api.completions_body(plan, model, 0, [plan.render(text)])
         return http.post(completions_url, json=body).json()["choices"][0]
 
     thinking_off = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -387,10 +387,10 @@ def offline_ceiling(model_dir: str, items: int) -> list[PathResult]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from langchain_qwen_fast.prompting import PROMPT_SUFFIX, LabelSet
+    from langchain_qwen_fast.prompting import PROMPT_SUFFIX, USER_OPEN, LabelSet
 
-    prefix = LabelSet.build(LABELS).render_prefix("label_tokens")
-    prompts = [prefix + t + PROMPT_SUFFIX for t in news_items(items)]
+    head = LabelSet.build(LABELS).render_head()
+    prompts = [head + USER_OPEN + t + PROMPT_SUFFIX for t in news_items(items)]
     llm = LLM(model=model_dir, max_model_len=512, gpu_memory_utilization=0.3, enable_prefix_caching=True)
     tokenizer = llm.get_tokenizer()
     ids = [TokensPrompt(prompt_token_ids=tokenizer.encode(p, add_special_tokens=False)) for p in prompts]

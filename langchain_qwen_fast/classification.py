@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import PromptValue
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_qwen_fast.errors import InvalidInputError
 
@@ -16,29 +16,40 @@ from langchain_qwen_fast.errors import InvalidInputError
 ClassifierInput = str | Mapping[str, Any] | PromptValue | Sequence[BaseMessage]
 
 #: How a label was read from the server.
-Scoring = Literal["label_tokens", "letter_tokens", "constrained_choice", "head"]
+Scoring = Literal["label_tokens", "label_sequences", "yes_no", "constrained_choice", "head"]
 
 
 class Classification(BaseModel):
-    """The label for one input.
+    """The label (or labels) for one input.
 
-    ``label`` is always one of the classifier's labels, except when the classifier has an
-    ``abstain_below`` threshold and the best label's probability fell under it: then
-    ``abstained`` is True and ``label`` is None.
+    Single-label: ``label`` is always one of the classifier's labels, except when the classifier
+    has an ``abstain_below`` threshold and the best label's probability fell under it: then
+    ``abstained`` is True and ``label`` is None. Multi-label: ``labels`` holds every label whose
+    probability passed its threshold (possibly none) and ``label`` the likeliest of them.
     """
 
     model_config = ConfigDict(frozen=True)
 
     label: str | None
-    """The chosen label (None only when abstained)."""
+    """The chosen label (None when abstained, or when no label passed under multi-label)."""
+    labels: list[str] = Field(default_factory=list)
+    """Every chosen label: ``[label]`` for single-label (empty when abstained); under
+    multi-label, each label whose probability reached its threshold, in label order."""
     scores: dict[str, float] | None = None
-    """Probability of every label, summing to 1 (None under constrained choice)."""
+    """Probability of every label: summing to 1 for single-label, independent under
+    multi-label (None under constrained choice)."""
     abstained: bool = False
     """True when the best probability was below the classifier's ``abstain_below``."""
     scoring: Scoring
-    """How the label was read: ``label_tokens`` or ``letter_tokens`` (one decode step with
-    probabilities), ``constrained_choice`` (labels share a first token; no probabilities) or
-    ``head`` (a classification head's probabilities)."""
+    """How the labels were read: ``label_tokens`` (one decode step), ``label_sequences`` (a
+    step per node of the labels' token trie), ``yes_no`` (a yes/no step per label, multi-label),
+    ``constrained_choice`` (no probabilities) or ``head`` (a classification head)."""
+    multi_label: bool = False
+    """True when several labels may apply (``labels``, independent ``scores``)."""
+    path: list[str] | None = None
+    """Hierarchical labels: the label at each level, top first (``label`` is the last)."""
+    path_scores: list[dict[str, float]] | None = None
+    """Hierarchical labels: each level's label probabilities, top first."""
 
     @property
     def confidence(self) -> float | None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import difflib
+import json
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_core.example_selectors import BaseExampleSelector
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import (
@@ -19,27 +22,25 @@ from langchain_core.runnables.config import (
 )
 from langchain_core.tools import BaseTool
 from langchain_core.utils import secret_from_env
-from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
-from langchain_qwen_fast import vllm_api
-from langchain_qwen_fast._transport import RetryPolicy, Steps, Transport, adrive, drive
+from langchain_qwen_fast._procedure import Node, Procedure, Rules
+from langchain_qwen_fast._transport import RetryPolicy, Transport, adrive, drive
+from langchain_qwen_fast.caches import ClassificationCache
 from langchain_qwen_fast.chat_models import ChatQwenFast
 from langchain_qwen_fast.classification import Classification, ClassifierInput, text_of
-from langchain_qwen_fast.errors import (
-    InvalidInputError,
-    QwenFastError,
-    ResponseFormatError,
-    ServerStatusError,
-)
-from langchain_qwen_fast.prompting import PROMPT_SUFFIX, ClassifierPlan, LabelSet, Prediction, Prompt, plan_scoring
+from langchain_qwen_fast.errors import QwenFastError
+from langchain_qwen_fast.prompting import ClassifierPlan, LabelSet, check_example
 from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool
 
-# Work on a big async batch is done in slices with a yield to the event loop between them,
-# so that a 20,000-item abatch never holds the loop for long (measured in tests/reliability).
-_GROUPS_PER_CHECKPOINT = 16
+# Per-item run bookkeeping in a big async batch is done in slices with a yield to the event
+# loop between them (measured in tests/integration_tests/reliability).
 _RUNS_PER_SLICE = 512
-# Prompts tokenised client-side per slice (a few ms each), with a yield between slices.
-_ENCODE_SLICE = 1024
+_SAVED_FORMAT = "langchain-qwen-fast/classifier"
+_SAVED_VERSION = 1
+
+#: A label hierarchy: each label maps to its child labels (a list, or a deeper mapping).
+LabelTree = Mapping[str, "Sequence[str] | LabelTree"]
 
 
 class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
@@ -47,9 +48,10 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     Each prompt is pre-rendered in Qwen3's chat format with thinking off and sent to
     ``/v1/completions`` without streaming, at temperature 0, with the output limited to the
-    labels: one generated token when every label starts with a distinct token (or letter
-    aliases A, B, ... when they do not), else the server's constrained choice. ``batch`` and
-    ``abatch`` send many prompts per request, several requests in flight, in input order.
+    labels' tokens: one decode step when every label starts with a distinct token, a step per
+    node of the labels' token trie when they do not, a yes/no step per label under
+    ``multi_label``. Every label gets a probability. ``batch`` and ``abatch`` send many prompts
+    per request, several requests in flight, in input order; identical texts are asked once.
 
     Example:
         .. code-block:: python
@@ -62,23 +64,37 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             classifier.invoke("Stocks rally as rates fall").label
     """
 
-    labels: list[str]
-    """The labels to choose from (at least two, distinct)."""
+    labels: list[str] | dict[str, Any]
+    """The labels to choose from (at least two, distinct), or a hierarchy such as
+    ``{"Sports": ["Football", "Tennis"], "Business": ["Markets", "Deals"]}``: the top level is
+    chosen first, then a label among the chosen one's children (``Classification.path``)."""
     label_descriptions: dict[str, str] | None = None
     """Optional description per label, shown to the model next to the label."""
     instructions: str | None = None
     """Replaces the default instruction sentence at the top of the prompt."""
+    multi_label: bool = False
+    """Several labels may apply: each label gets an independent probability (a yes/no step per
+    label, or a sigmoid head) and ``Classification.labels`` holds those over ``threshold``."""
+    threshold: float | dict[str, float] = 0.5
+    """Multi-label: the probability a label needs to be chosen, or one per label (labels not
+    named keep 0.5)."""
+    examples: list[Any] | None = None
+    """Few-shot examples, ``[(text, label), ...]`` (a list of labels per example under
+    ``multi_label``), rendered once in the fixed, cached part of every prompt."""
+    example_selector: BaseExampleSelector | None = Field(default=None, exclude=True)
+    """Any LangChain example selector: its examples for each text (dicts with ``text`` and
+    ``label`` or ``labels``) are rendered after the fixed part. Not saved by :meth:`save`."""
     base_url: str | list[str] = "http://127.0.0.1:8000/v1"
     """The vLLM server's OpenAI-compatible base URL, or a list of replicas serving the same
     model (requests go to each in turn; a retry goes to the next)."""
     model: str = "qwen3"
     """The served model name."""
     mode: Literal["generate", "head"] = "generate"
-    """``generate``: a chat model answers the label (one decode step). ``head``: a
+    """``generate``: a chat model answers the label. ``head``: a
     ``Qwen3ForSequenceClassification`` checkpoint served by vLLM's pooling runner scores the
     text through ``/classify``; class i is ``labels[i]``. Same results, batching and errors."""
-    api_key: SecretStr | None = Field(default_factory=secret_from_env("VLLM_API_KEY", default=None))
-    """Bearer token, if the server requires one (default: ``VLLM_API_KEY``)."""
+    api_key: SecretStr | None = Field(default_factory=secret_from_env("VLLM_API_KEY", default=None), exclude=True)
+    """Bearer token, if the server requires one (default: ``VLLM_API_KEY``). Never saved."""
     timeout: float = Field(default=30.0, gt=0)
     """Seconds allowed for each HTTP request."""
     max_retries: int = Field(default=3, ge=0)
@@ -97,16 +113,18 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     worth it where that process is the bottleneck (a GPU server under batches), and text
     lengths are checked exactly without asking the server. Needs ``tokenizers``; the
     tokenizer is checked against the server's at set-up."""
+    cache: ClassificationCache | None = Field(default=None, exclude=True)
+    """A :mod:`~langchain_qwen_fast.caches` cache of finished classifications (off by default):
+    hits never touch the network. Not saved by :meth:`save`."""
     http_transport: Any = Field(default=None, exclude=True, repr=False)
     """An ``httpx`` transport to use instead of the network (e.g. ``httpx.MockTransport`` in
-    tests, or a transport with custom TLS or proxies). Not serialised."""
+    tests, or a transport with custom TLS or proxies). Not saved."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    _label_set: LabelSet = PrivateAttr()
+    _procedure: Procedure = PrivateAttr()
     _transport: Transport = PrivateAttr()
-    _tokenizer: Any = PrivateAttr(default=None)
-    _plan: ClassifierPlan | None = PrivateAttr(default=None)
+    _plans: dict[Node, ClassifierPlan] | None = PrivateAttr(default=None)
     _plan_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _aplan_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = PrivateAttr(
         default_factory=weakref.WeakKeyDictionary
@@ -115,9 +133,39 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         default_factory=weakref.WeakKeyDictionary
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_arguments(cls, data: Any) -> Any:
+        """An unknown argument is an error naming the nearest valid one (never silently ignored)."""
+        if isinstance(data, Mapping):
+            known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+            unknown = sorted(set(map(str, data)) - known)
+            if unknown:
+                hints = []
+                for name in unknown:
+                    near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+                    hints.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+                raise ValueError(f"QwenClassifier got unknown argument(s): {', '.join(hints)}")
+        return data
+
+    @field_validator("threshold")
+    @classmethod
+    def _check_threshold(cls, value: float | dict[str, float]) -> float | dict[str, float]:
+        for t in value.values() if isinstance(value, dict) else [value]:
+            if not 0.0 <= t <= 1.0:
+                raise ValueError(f"a threshold must be a probability within 0..1, got {t}")
+        return value
+
     @model_validator(mode="after")
     def _build(self) -> QwenClassifier:
-        self._label_set = LabelSet.build(self.labels, self.label_descriptions, self.instructions)
+        label_sets = self._label_sets()
+        flat = self.label_names
+        if isinstance(self.threshold, dict):
+            unknown = sorted(set(self.threshold) - set(flat))
+            if unknown:
+                raise ValueError(f"threshold given for unknown labels: {unknown}")
+        if self.multi_label and self.abstain_below is not None:
+            raise ValueError("abstain_below is for single-label classifiers; multi-label ones use threshold")
         self._transport = Transport(
             self.base_url,
             api_key=self.api_key.get_secret_value() if self.api_key else None,
@@ -126,9 +174,67 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             pool_size=max(self.max_concurrency, 16),
             http_transport=self.http_transport,
         )
-        if self.tokenizer_path is not None:
-            self._tokenizer = _load_tokenizer(self.tokenizer_path)
+        thresholds = self.threshold if isinstance(self.threshold, dict) else dict.fromkeys(flat, self.threshold)
+        self._procedure = Procedure(
+            model=self.model,
+            mode=self.mode,
+            batch_size=self.batch_size,
+            rules=Rules(abstain_below=self.abstain_below, thresholds=thresholds),
+            label_sets=label_sets,
+            tokenizer=_load_tokenizer(self.tokenizer_path) if self.tokenizer_path is not None else None,
+            tokenizer_path=self.tokenizer_path,
+            cache=self.cache,
+            servers=tuple(self._transport.base_urls),
+        )
         return self
+
+    def _label_sets(self) -> dict[Node, LabelSet]:
+        """The label set of each node of the hierarchy (only the top one for flat labels)."""
+        sets: dict[Node, LabelSet] = {}
+        descriptions = self.label_descriptions or {}
+        flat = self.label_names
+        unknown = sorted(set(descriptions) - set(flat))
+        if unknown:
+            raise ValueError(f"descriptions given for unknown labels: {unknown}")
+        duplicates = sorted({x for x in flat if flat.count(x) > 1})
+        if duplicates:
+            raise ValueError(f"labels must be distinct across the hierarchy; repeated: {duplicates}")
+
+        def add(node: Node, tree: Any) -> None:
+            names = list(tree)
+            sets[node] = LabelSet.build(
+                names,
+                {k: v for k, v in descriptions.items() if k in names},
+                self.instructions,
+                multi_label=self.multi_label,
+                examples=[] if node else (self.examples or []),
+            )
+            if isinstance(tree, Mapping):
+                for label, children in tree.items():
+                    if children:
+                        add((*node, label), children)
+
+        if isinstance(self.labels, dict) and (
+            self.multi_label or self.mode == "head" or self.examples or self.example_selector
+        ):
+            raise ValueError("hierarchical labels are single-label, generate mode, without examples")
+        add((), self.labels)
+        return sets
+
+    @property
+    def label_names(self) -> list[str]:
+        """Every label, top level first for a hierarchy (each level in order)."""
+        names: list[str] = []
+
+        def walk(tree: Any) -> None:
+            names.extend(tree)
+            if isinstance(tree, Mapping):
+                for children in tree.values():
+                    if children:
+                        walk(children)
+
+        walk(self.labels)
+        return names
 
     @classmethod
     def is_lc_serializable(cls) -> bool:
@@ -148,11 +254,44 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         }
         return cls(labels=list(labels), **{**settings, **kwargs})
 
+    # -- save and load -----------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write this classifier's whole configuration (labels, descriptions, instructions,
+        examples, thresholds, server settings) as JSON, never the API key. A directory gets a
+        ``classifier.json`` inside it. An example selector, a cache or an HTTP transport cannot
+        be saved: pass them to :meth:`load` again."""
+        target = Path(path)
+        if target.is_dir():
+            target = target / "classifier.json"
+        config = self.model_dump(mode="json", exclude={"api_key", "example_selector", "cache", "http_transport"})
+        saved = {"format": _SAVED_FORMAT, "version": _SAVED_VERSION, "config": config}
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(saved, indent=1) + "\\n")
+        return target
+
+    @classmethod
+    def load(cls, path: str | Path, **overrides: Any) -> QwenClassifier:
+        """A classifier from :meth:`save`'s file (or a directory holding ``classifier.json``),
+        with ``overrides`` (e.g. ``base_url``, ``model``, ``api_key``) applied on top."""
+        source = Path(path)
+        if source.is_dir():
+            source = source / "classifier.json"
+        try:
+            saved = json.loads(source.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read a saved classifier from {source}: {exc}") from None
+        if not isinstance(saved, dict) or saved.get("format") != _SAVED_FORMAT:
+            raise ValueError(f"{source} is not a saved QwenClassifier (format {_SAVED_FORMAT!r})")
+        if saved.get("version") != _SAVED_VERSION:
+            raise ValueError(f"{source} has version {saved.get('version')}; this release reads {_SAVED_VERSION}")
+        return cls(**{**saved["config"], **overrides})
+
     # -- routing helpers (routing.py) ----------------------------------------------------
     def as_router(self, routes: Mapping[str, Runnable | Any], *, default: Runnable | Any) -> ClassifierRouter:
-        """A runnable that sends each input to the branch for its label (see
-        :class:`~langchain_qwen_fast.routing.ClassifierRouter`); callables are wrapped."""
-        unknown = sorted(set(routes) - set(self.labels))
+        """A runnable that sends each input to the branch for its label (every chosen label's
+        branch under ``multi_label``; see :class:`~langchain_qwen_fast.routing.ClassifierRouter`);
+        callables are wrapped."""
+        unknown = sorted(set(routes) - set(self.label_names))
         if unknown:
             raise ValueError(f"routes name labels the classifier does not have: {unknown}")
         return ClassifierRouter(
@@ -166,210 +305,87 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     ) -> BaseTool:
         """A LangChain tool that labels a text, for agents (see
         :func:`~langchain_qwen_fast.routing.classifier_tool`)."""
-        return classifier_tool(self, labels=self.labels, name=name or "classify_text", description=description)
+        return classifier_tool(self, labels=self.label_names, name=name or "classify_text", description=description)
 
     # -- set-up: decided once per classifier, from the server ---------------------------
-    def _plan_steps(self) -> Steps[ClassifierPlan]:
-        served = vllm_api.parse_models(_raise_any((yield [vllm_api.models_call()]))[0])
-        if self.model not in served:
-            raise QwenFastError(f"model {self.model!r} is not served at {self.base_url}; it serves {sorted(served)}")
-        max_model_len = served[self.model]
-        if self.mode == "head":
-            plan = yield from self._head_plan_steps(max_model_len)
-        else:
-            plan = yield from self._generate_plan_steps(max_model_len)
-        if self._tokenizer is not None:
-            plan = plan.with_tokenizer(self._tokenizer)
-            yield from self._check_tokenizer_steps(plan)
-        return plan
-
-    def _generate_plan_steps(self, max_model_len: int) -> Steps[ClassifierPlan]:
-        labels = self._label_set
-        letters = labels.letters() or ()
-        counted = _raise_any((yield [vllm_api.tokenize_call(self.model, s) for s in (*labels.labels, *letters)]))
-        tokens = [vllm_api.parse_tokenize(c) for c in counted]
-        scoring, answer_ids, max_tokens = plan_scoring(
-            labels, tokens[: len(labels.labels)], tokens[len(labels.labels) :] or None
-        )
-        prefix = labels.render_prefix(scoring)
-        overhead_reply = _raise_any((yield [vllm_api.tokenize_call(self.model, prefix + PROMPT_SUFFIX)]))[0]
-        overhead = len(vllm_api.parse_tokenize(overhead_reply))
-        plan = ClassifierPlan(
-            label_set=labels,
-            scoring=scoring,
-            prefix=prefix,
-            answer_token_ids=answer_ids,
-            max_tokens=max_tokens,
-            overhead_tokens=overhead,
-            max_model_len=max_model_len or overhead + 4096,
-            has_logprob_token_ids=scoring != "constrained_choice",
-        )
-        if scoring != "constrained_choice":
-            # vLLM versions differ: ask for the labels' logprobs and see if they come back.
-            probe = vllm_api.classify_call(plan, self.model, [plan.render("probe")])
-            reply = _raise_any((yield [probe]))[0]
-            if not vllm_api.probe_has_logprob_token_ids(plan, reply):
-                plan = dataclasses.replace(plan, has_logprob_token_ids=False)
-        return plan
-
-    def _head_plan_steps(self, max_model_len: int) -> Steps[ClassifierPlan]:
-        plan = ClassifierPlan(
-            label_set=self._label_set,
-            scoring="head",
-            prefix="",
-            answer_token_ids=(),
-            max_tokens=0,
-            overhead_tokens=0,
-            max_model_len=max_model_len or 4096,
-            has_logprob_token_ids=False,
-        )
-        probe = _raise_any((yield [vllm_api.classify_call(plan, self.model, ["probe"])]))[0]
-        classes = vllm_api.parse_num_classes(probe)
-        if classes != len(self.labels):
-            raise QwenFastError(
-                f"model {self.model!r} has a {classes}-class head but {len(self.labels)} labels were given"
-            )
-        return plan
-
-    def _check_tokenizer_steps(self, plan: ClassifierPlan) -> Steps[None]:
-        """Raise unless our token ids for sample prompts are exactly the server's (a tokenizer
-        of another model would otherwise classify garbage without a sound)."""
-        samples = ["Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace"]
-        served = _raise_any((yield [vllm_api.tokenize_call(self.model, plan.render(s)) for s in samples]))
-        for ours, theirs in zip(plan.encode(samples), map(vllm_api.parse_tokenize, served)):
-            if ours != theirs:
-                at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-                raise QwenFastError(
-                    f"the tokenizer at {self.tokenizer_path} does not match the server's for model "
-                    f"{self.model!r}: token {at} differs ({ours[at : at + 3]} here, {theirs[at : at + 3]} "
-                    "on the server); point tokenizer_path at the served model's tokenizer"
-                )
-
     def prepare(self) -> ClassifierPlan:
-        """Do the set-up now (it otherwise happens on first use) and return its plan: how
-        labels are scored, the rendered prompt prefix, the label tokens and the context
-        budget, all learnt once from the server. Raises what the set-up ran into."""
-        if self._plan is None:
-            with self._plan_lock:
-                if self._plan is None:
-                    self._plan = drive(self._transport, self._plan_steps(), self.max_concurrency)
-        return self._plan
+        """Do the set-up now (it otherwise happens on first use) and return its plan for the
+        top level: how labels are scored, the rendered prompt head, the decode steps and the
+        context budget, all learnt once from the server. Raises what the set-up ran into."""
+        return self._get_plans()[()]
 
     async def aprepare(self) -> ClassifierPlan:
         """Async :meth:`prepare`."""
-        if self._plan is None:
+        return (await self._aget_plans())[()]
+
+    def _get_plans(self) -> dict[Node, ClassifierPlan]:
+        if self._plans is None:
+            with self._plan_lock:
+                if self._plans is None:
+                    self._plans = drive(self._transport, self._procedure.setup_steps(), self.max_concurrency)
+        return self._plans
+
+    async def _aget_plans(self) -> dict[Node, ClassifierPlan]:
+        if self._plans is None:
             loop = asyncio.get_running_loop()
             lock = self._aplan_locks.setdefault(loop, asyncio.Lock())
             async with lock:
-                if self._plan is None:
-                    self._plan = await adrive(self._transport, self._plan_steps(), self.max_concurrency)
-        return self._plan
+                if self._plans is None:
+                    self._plans = await adrive(self._transport, self._procedure.setup_steps(), self.max_concurrency)
+        return self._plans
 
     # -- classification: one procedure for sync and async ------------------------------
-    def _classify_steps(self, inputs: Sequence[Any], plan: ClassifierPlan) -> Steps[list[Any]]:
-        """Classify ``inputs``; every slot ends as a Classification or an exception, in order."""
-        results: list[Any] = [None] * len(inputs)
-        texts: dict[int, str] = {}
-        for i, value in enumerate(inputs):
-            try:
-                texts[i] = text_of(value)
-            except InvalidInputError as exc:
-                results[i] = exc
-
-        if plan.tokenizer is None:
-            # UTF-8 bytes bound byte-level BPE tokens from above: only texts with more bytes
-            # than the budget need an exact count from the server.
-            budget = plan.text_token_budget
-            unsure = [i for i, t in texts.items() if len(t) * 4 > budget and len(t.encode()) > budget]
-            if unsure:
-                counts = yield [vllm_api.tokenize_call(self.model, texts[i]) for i in unsure]
-                for i, count in zip(unsure, counts):
-                    results[i] = count if isinstance(count, Exception) else self._length_error(plan, count)
-
-        pending = [i for i in texts if results[i] is None]
-        prompts: dict[int, Prompt] = {}
-        if plan.tokenizer is None:
-            prompts = {i: plan.render(texts[i]) for i in pending}
-        else:
-            # Exact lengths come with the ids; a slice at a time, the event loop runs between.
-            for start in range(0, len(pending), _ENCODE_SLICE):
-                part = pending[start : start + _ENCODE_SLICE]
-                for i, ids in zip(part, plan.encode([texts[i] for i in part])):
-                    prompts[i] = ids
-                    results[i] = plan.length_error(len(ids) - plan.overhead_tokens)
-                yield []
-            pending = [i for i in pending if results[i] is None]
-        groups = [pending[k : k + self.batch_size] for k in range(0, len(pending), self.batch_size)]
-        while groups:
-            calls = [vllm_api.classify_call(plan, self.model, [prompts[i] for i in g]) for g in groups]
-            replies = yield calls
-            retry_groups = []
-            for n, (group, reply) in enumerate(zip(groups, replies), 1):
-                if n % _GROUPS_PER_CHECKPOINT == 0:
-                    yield []  # parsing thousands of replies: let the event loop breathe
-                if _is_request_error(reply) and len(group) > 1:
-                    # One bad prompt fails the whole request: split to find it.
-                    half = len(group) // 2
-                    retry_groups += [group[:half], group[half:]]
-                elif isinstance(reply, Exception):
-                    for i in group:
-                        results[i] = reply
-                else:
-                    self._assign(reply, group, plan, results)
-            groups = retry_groups
-        return results
-
-    @staticmethod
-    def _length_error(plan: ClassifierPlan, reply: Any) -> QwenFastError | None:
-        try:
-            return plan.length_error(len(vllm_api.parse_tokenize(reply)))
-        except QwenFastError as exc:
-            return exc
-
-    def _assign(self, reply: Any, group: list[int], plan: ClassifierPlan, results: list[Any]) -> None:
-        try:
-            choices = vllm_api.reply_items(plan, reply)
-        except ResponseFormatError as error:
-            for i in group:
-                results[i] = error
-            return
-        for position, i in enumerate(group):
-            choice = choices.get(position)
-            if choice is None:
-                results[i] = ResponseFormatError(f"reply has no choice for prompt {position} of its group")
-                continue
-            try:
-                results[i] = self._result(vllm_api.parse_item(plan, choice), plan)
-            except QwenFastError as exc:
-                results[i] = exc
-
-    def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
-        labels = plan.label_set.labels
-        if prediction.scores is None:
-            return Classification(label=labels[prediction.index], scoring=plan.scoring)
-        scores = dict(zip(labels, prediction.scores))
-        if self.abstain_below is not None and max(prediction.scores) < self.abstain_below:
-            return Classification(label=None, scores=scores, abstained=True, scoring=plan.scoring)
-        return Classification(label=labels[prediction.index], scores=scores, scoring=plan.scoring)
-
     def _concurrency(self, config: RunnableConfig | Sequence[RunnableConfig] | None) -> int:
         first = config[0] if isinstance(config, Sequence) and config else config
         value = first.get("max_concurrency") if isinstance(first, Mapping) else None
         return int(value or self.max_concurrency)
 
+    def _selected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str] | None:
+        """Each input's selected examples, rendered (None without a selector)."""
+        if self.example_selector is None:
+            return None
+        return [self._render_selected(plans, value, self.example_selector.select_examples) for value in inputs]
+
+    async def _aselected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str] | None:
+        if self.example_selector is None:
+            return None
+        chosen = await asyncio.gather(*(self._aselect(value) for value in inputs))
+        return [self._render(plans, picked) for picked in chosen]
+
+    async def _aselect(self, value: Any) -> list[dict[str, Any]]:
+        assert self.example_selector is not None
+        try:
+            return await self.example_selector.aselect_examples({"text": text_of(value)})
+        except QwenFastError:
+            return []  # the input itself is invalid; its error comes from the classification
+
+    def _render_selected(self, plans: Mapping[Node, ClassifierPlan], value: Any, select: Any) -> str:
+        try:
+            picked = select({"text": text_of(value)})
+        except QwenFastError:
+            return ""
+        return self._render(plans, picked)
+
+    def _render(self, plans: Mapping[Node, ClassifierPlan], picked: Sequence[Any]) -> str:
+        label_set = plans[()].label_set
+        return label_set.render_examples([check_example(e, label_set.labels, label_set.multi_label) for e in picked])
+
     def _classify(self, inputs: list[Any], config: Any = None) -> list[Any]:
         try:
-            plan = self.prepare()
+            plans = self._get_plans()
+            examples = self._selected(inputs, plans)
         except Exception as exc:
             return [exc] * len(inputs)
-        return drive(self._transport, self._classify_steps(inputs, plan), self._concurrency(config))
+        steps = self._procedure.classify_steps(inputs, plans, examples)
+        return drive(self._transport, steps, self._concurrency(config))
 
     async def _aclassify(self, inputs: list[Any], config: Any = None) -> list[Any]:
         try:
-            plan = await self.aprepare()
+            plans = await self._aget_plans()
+            examples = await self._aselected(inputs, plans)
         except Exception as exc:
             return [exc] * len(inputs)
-        steps = self._classify_steps(inputs, plan)
+        steps = self._procedure.classify_steps(inputs, plans, examples)
         return await adrive(self._transport, steps, self._concurrency(config))
 
     # -- Runnable interface ----------------------------------------------------------
@@ -476,6 +492,54 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                     raise result
         return results
 
+    def batch_as_completed(  # type: ignore[override]
+        self,
+        inputs: Sequence[ClassifierInput],
+        config: RunnableConfig | Sequence[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> Iterator[tuple[int, Classification | Exception]]:
+        """Yield ``(index, result)`` as each group of ``batch_size`` inputs lands: the same
+        grouped requests as :meth:`batch`, with results as soon as their group is done."""
+        chunks = _chunks(list(inputs), config, self.batch_size)
+        workers = max(1, min(self._concurrency(_first(config)), len(chunks)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="qwen-fast-group") as pool:
+            futures = {pool.submit(self.batch, part, cfg, return_exceptions=True): start for start, part, cfg in chunks}
+            for future in as_completed(futures):
+                for offset, result in enumerate(future.result()):
+                    if isinstance(result, Exception) and not return_exceptions:
+                        raise result
+                    yield futures[future] + offset, result
+
+    async def abatch_as_completed(  # type: ignore[override]
+        self,
+        inputs: Sequence[ClassifierInput],
+        config: RunnableConfig | Sequence[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> AsyncIterator[tuple[int, Classification | Exception]]:
+        """Async :meth:`batch_as_completed`."""
+        chunks = _chunks(list(inputs), config, self.batch_size)
+        gate = asyncio.Semaphore(self._concurrency(_first(config)))
+
+        async def run(start: int, part: list[Any], cfg: Any) -> tuple[int, list[Any]]:
+            async with gate:
+                return start, await self.abatch(part, cfg, return_exceptions=True)
+
+        tasks = [asyncio.ensure_future(run(*chunk)) for chunk in chunks]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                start, results = await next_done
+                for offset, result in enumerate(results):
+                    if isinstance(result, Exception) and not return_exceptions:
+                        raise result
+                    yield start + offset, result
+        finally:
+            for task in tasks:
+                task.cancel()
+
     def close(self) -> None:
         """Close the pooled sync connections (they reopen on next use)."""
         self._transport.close()
@@ -505,12 +569,19 @@ def _single(config: RunnableConfig | list[RunnableConfig] | None) -> RunnableCon
     return None if isinstance(config, list) else config
 
 
-def _raise_any(results: list[Any]) -> list[Any]:
-    for result in results:
-        if isinstance(result, Exception):
-            raise result
-    return results
+def _first(config: RunnableConfig | Sequence[RunnableConfig] | None) -> RunnableConfig | None:
+    if isinstance(config, Sequence):
+        return config[0] if config else None
+    return config
 
 
-def _is_request_error(reply: Any) -> bool:
-    return isinstance(reply, ServerStatusError) and not reply.retryable and reply.status_code < 500
+def _chunks(
+    inputs: list[Any], config: RunnableConfig | Sequence[RunnableConfig] | None, size: int
+) -> list[tuple[int, list[Any], Any]]:
+    """(start, inputs, config) per group of ``size`` inputs, each with its own configs."""
+    chunks = []
+    for start in range(0, len(inputs), size):
+        part = inputs[start : start + size]
+        cfg = list(config[start : start + size]) if isinstance(config, Sequence) else config
+        chunks.append((start, part, cfg))
+    return chunks

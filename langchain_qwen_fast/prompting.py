@@ -1,18 +1,31 @@
-"""Labels, prompt layout and label scoring. Pure: no I/O, no knowledge of HTTP endpoints.
+"""Labels, prompt layout and scoring plans. Pure: no I/O, no knowledge of HTTP endpoints.
 
-The prompt is pre-rendered in Qwen3's chat format with thinking off (the empty
+A prompt is pre-rendered in Qwen3's chat format with thinking off (the empty
 ``<think></think>`` block the Qwen3 template adds for ``enable_thinking=False``), so the
-server only tokenises it. Fixed instructions and the label list come first and the text
-last, so vLLM's prefix cache reuses the shared part across every request.
+server only tokenises it (or, with a client-side tokenizer, receives token ids):
 
-With a tokenizer (``QwenClassifier.tokenizer_path``) the prompts travel as token ids, so
-the server's API process does not tokenise them either.
+    head                 system turn (instructions, labels[, multi-label examples]) + example turns
+    [selected examples]  turns chosen per text by an example selector
+    body                 "<|im_start|>user\\n" + the text
+    tail                 one per decode step: the assistant turn's opening (+ a label question,
+                         or the label tokens already given)
 
-Scoring: when every label (or, failing that, every letter alias) starts with a distinct
-token, one generated token decides the label, constrained to those tokens with
-``allowed_token_ids``, and the logprobs of exactly those tokens give a probability per
-label from the same single decode step. Otherwise the server's constrained choice picks a
-whole label and no probabilities are given.
+The fixed head comes first and the text after it, so vLLM's prefix cache reuses the head across
+every request, and a text's body across its steps.
+
+Scoring, chosen once per classifier from the labels' tokens:
+
+* ``label_tokens``: every label starts with a distinct token. One decode step, limited to those
+  tokens; their logprobs, renormalised over the labels, are the label probabilities.
+* ``label_sequences``: labels share first tokens, or there are many. One step per node of the
+  labels' token trie (the step's prompt ends with the label tokens given so far); a label's
+  probability is the product of its tokens' probabilities, normalised over the labels.
+* ``yes_no``: multi-label. One yes/no step per label; each label's probability is
+  P(yes) / (P(yes) + P(no)), independent of the others.
+* ``constrained_choice``: the fallback for servers that cannot return chosen tokens' logprobs
+  and labels that one token cannot tell apart: the server's constrained choice picks a whole
+  label, and no probabilities are given.
+* ``head``: a classification head (``/classify``) gives the probabilities.
 """
 
 from __future__ import annotations
@@ -20,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +41,7 @@ from langchain_qwen_fast.classification import Scoring
 from langchain_qwen_fast.errors import ContextLengthError
 
 DEFAULT_INSTRUCTIONS = "Classify the text. Answer with one label only."
+DEFAULT_MULTI_LABEL_INSTRUCTIONS = "Decide which of the labels apply to the text. Answer each question with yes or no."
 
 # Tokenisation at a boundary between prompt parts can differ by a token from the parts
 # counted apart; keep this much room when a text's tokens are counted on their own.
@@ -37,9 +50,10 @@ _BOUNDARY_MARGIN = 2
 #: A rendered prompt: text, or the token ids of that text.
 Prompt = str | list[int]
 
-# Qwen3 chat format; the assistant turn opens with an empty think block (thinking off).
 _SYSTEM_OPEN = "<|im_start|>system\n"
-_USER_OPEN = "<|im_end|>\n<|im_start|>user\n"
+_TURN_END = "<|im_end|>\n"
+USER_OPEN = "<|im_start|>user\n"
+#: Closes the user turn and opens the assistant's with an empty think block (thinking off).
 PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 # Text that spells a Qwen control token (<|im_start|>, </think>, <tool_call>, ...) would be
@@ -48,62 +62,8 @@ PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 _CONTROL_TOKEN = re.compile(r"<(?=\|[a-z_]{1,30}\|>|/?(?:think|tool_call|tool_response)>)")
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
-
-@dataclass(frozen=True)
-class LabelSet:
-    """The labels, their optional descriptions and the instructions the prompt gives."""
-
-    labels: tuple[str, ...]
-    descriptions: Mapping[str, str]
-    instructions: str
-
-    @classmethod
-    def build(
-        cls,
-        labels: Sequence[str],
-        descriptions: Mapping[str, str] | None = None,
-        instructions: str | None = None,
-    ) -> LabelSet:
-        """Validate labels: at least two, distinct, non-empty, no surrounding whitespace."""
-        labels = tuple(labels)
-        if len(labels) < 2:
-            raise ValueError(f"need at least two labels, got {list(labels)!r}")
-        for label in labels:
-            if not isinstance(label, str) or not label.strip():
-                raise ValueError(f"every label must be a non-empty string, got {label!r}")
-            if label != label.strip():
-                raise ValueError(f"label {label!r} has leading or trailing whitespace")
-        duplicates = sorted({x for x in labels if labels.count(x) > 1})
-        if duplicates:
-            raise ValueError(f"labels must be distinct; repeated: {duplicates}")
-        descriptions = dict(descriptions or {})
-        unknown = sorted(set(descriptions) - set(labels))
-        if unknown:
-            raise ValueError(f"descriptions given for unknown labels: {unknown}")
-        return cls(labels, descriptions, (instructions or DEFAULT_INSTRUCTIONS).strip())
-
-    def letters(self) -> tuple[str, ...] | None:
-        """Letter aliases A, B, C, ... (None past 26 labels)."""
-        if len(self.labels) > len(string.ascii_uppercase):
-            return None
-        return tuple(string.ascii_uppercase[: len(self.labels)])
-
-    def render_prefix(self, scoring: Scoring) -> str:
-        """Everything before the text: system turn with instructions and labels, user turn open."""
-        if scoring == "letter_tokens":
-            aliases = self.letters() or ()
-            lines = [f"{self.instructions} Answer with the label's letter."]
-            lines += [f"{a}: {self._describe(label)}" for a, label in zip(aliases, self.labels)]
-        elif self.descriptions:
-            lines = [self.instructions, "Labels:"]
-            lines += [f"- {self._describe(label)}" for label in self.labels]
-        else:
-            lines = [self.instructions, "Labels: " + ", ".join(self.labels)]
-        return _SYSTEM_OPEN + "\n".join(lines) + _USER_OPEN
-
-    def _describe(self, label: str) -> str:
-        desc = self.descriptions.get(label)
-        return f"{label} ({desc})" if desc else label
+#: A few-shot example: (text, label), or (text, [labels]) for a multi-label classifier.
+Example = tuple[str, str | Sequence[str]]
 
 
 def neutralize_control_tokens(text: str) -> str:
@@ -121,117 +81,301 @@ def strip_think(reply: str) -> str:
 
 
 @dataclass(frozen=True)
+class LabelSet:
+    """The labels, their descriptions, the instructions and the fixed examples of a prompt."""
+
+    labels: tuple[str, ...]
+    descriptions: Mapping[str, str]
+    instructions: str
+    multi_label: bool = False
+    #: (text, labels) pairs; one label each unless multi-label
+    examples: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        labels: Sequence[str],
+        descriptions: Mapping[str, str] | None = None,
+        instructions: str | None = None,
+        *,
+        multi_label: bool = False,
+        examples: Sequence[Example] = (),
+    ) -> LabelSet:
+        """Validate labels (at least two, distinct, non-empty, no surrounding whitespace),
+        descriptions (of known labels) and examples (texts with known labels)."""
+        labels = tuple(labels)
+        if len(labels) < 2:
+            raise ValueError(f"need at least two labels, got {list(labels)!r}")
+        for label in labels:
+            if not isinstance(label, str) or not label.strip():
+                raise ValueError(f"every label must be a non-empty string, got {label!r}")
+            if label != label.strip():
+                raise ValueError(f"label {label!r} has leading or trailing whitespace")
+        duplicates = sorted({x for x in labels if labels.count(x) > 1})
+        if duplicates:
+            raise ValueError(f"labels must be distinct; repeated: {duplicates}")
+        descriptions = dict(descriptions or {})
+        unknown = sorted(set(descriptions) - set(labels))
+        if unknown:
+            raise ValueError(f"descriptions given for unknown labels: {unknown}")
+        default = DEFAULT_MULTI_LABEL_INSTRUCTIONS if multi_label else DEFAULT_INSTRUCTIONS
+        return cls(
+            labels,
+            descriptions,
+            (instructions or default).strip(),
+            multi_label,
+            tuple(check_example(e, labels, multi_label) for e in examples),
+        )
+
+    def render_head(self) -> str:
+        """The fixed start of every prompt: the system turn, then the example turns."""
+        lines = [self.instructions]
+        if self.descriptions:
+            lines += ["Labels:", *(f"- {self._describe(label)}" for label in self.labels)]
+        else:
+            lines.append("Labels: " + ", ".join(self.labels))
+        return _SYSTEM_OPEN + "\n".join(lines) + _TURN_END + self.render_examples(self.examples)
+
+    def render_examples(self, examples: Sequence[tuple[str, tuple[str, ...]]]) -> str:
+        """Examples as turns: single-label, a user turn with the text and an assistant turn
+        answering its label; multi-label, one user turn listing each text with its labels."""
+        if not examples:
+            return ""
+        if self.multi_label:
+            lines = ["Examples:"]
+            for text, labels in examples:
+                lines += [f"Text: {neutralize_control_tokens(text)}", f"Labels: {', '.join(labels) or 'none'}"]
+            return USER_OPEN + "\n".join(lines) + _TURN_END
+        return "".join(
+            f"{USER_OPEN}{neutralize_control_tokens(text)}{_TURN_END}<|im_start|>assistant\n{labels[0]}{_TURN_END}"
+            for text, labels in examples
+        )
+
+    def question(self, label: str) -> str:
+        """A multi-label step's tail: the yes/no question for ``label``, then the answer's opening."""
+        return f"{_TURN_END}{USER_OPEN}Does the label {label!r} apply to the text? Answer yes or no.{PROMPT_SUFFIX}"
+
+    def _describe(self, label: str) -> str:
+        desc = self.descriptions.get(label)
+        return f"{label} ({desc})" if desc else label
+
+
+def check_example(example: Any, labels: Sequence[str], multi_label: bool) -> tuple[str, tuple[str, ...]]:
+    """An example as (text, labels), or ``ValueError`` naming what is wrong with it."""
+    if isinstance(example, Mapping):
+        example = (example.get("text"), example.get("labels", example.get("label")))
+    try:
+        text, answer = example
+    except (TypeError, ValueError):
+        raise ValueError(f"an example must be (text, label), got {example!r}") from None
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"an example's text must be non-empty text, got {text!r}")
+    given = (answer,) if isinstance(answer, str) else tuple(answer or ())
+    if not multi_label and len(given) != 1:
+        raise ValueError(f"a single-label example needs exactly one label, got {answer!r}")
+    unknown = [x for x in given if x not in labels]
+    if unknown:
+        raise ValueError(f"example {text[:40]!r} names labels the classifier lacks: {unknown}")
+    return text, given
+
+
+@dataclass(frozen=True)
+class Step:
+    """One constrained decode question asked of every text."""
+
+    #: what follows the text in the prompt (then ``path_text``)
+    tail: str
+    #: the tokens the answer may be (empty under constrained choice and for a head)
+    allowed: tuple[int, ...] = ()
+    #: ``label_sequences``: the label tokens the prompt already ends with, and their text
+    path: tuple[int, ...] = ()
+    path_text: str = ""
+    #: the tail's token ids, path included (with a tokenizer)
+    tail_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class ClassifierPlan:
-    """Everything decided once per classifier and server: prompt, tokens, request shape."""
+    """Everything decided once per classifier and server: prompt, steps, request shape."""
 
     label_set: LabelSet
     scoring: Scoring
-    prefix: str
-    #: label index -> the one token that answers it (token scorings only)
-    answer_token_ids: tuple[int, ...]
+    head: str
+    steps: tuple[Step, ...]
     max_tokens: int
-    #: tokens of prefix + suffix, i.e. the prompt without the text
+    #: tokens of the head and the longest tail, i.e. the longest prompt without the body
     overhead_tokens: int
     max_model_len: int
     #: the server returns logprobs for chosen token ids (vLLM ``logprob_token_ids``)
     has_logprob_token_ids: bool
+    #: ``label_sequences``: each label's tokens
+    label_paths: tuple[tuple[int, ...], ...] = ()
+    #: ``label_sequences``: the token that ends an answer (for labels that prefix others)
+    end_token: int | None = None
     #: a ``tokenizers.Tokenizer`` equal to the server's: prompts are sent as token ids
     tokenizer: Any = None
-    #: token ids of the prefix and the suffix (with a tokenizer)
-    prefix_ids: tuple[int, ...] = ()
-    suffix_ids: tuple[int, ...] = ()
+    head_ids: tuple[int, ...] = ()
+
+    @property
+    def answer_token_ids(self) -> tuple[int, ...]:
+        """The first step's answer tokens (for ``label_tokens``, one per label)."""
+        return self.steps[0].allowed if self.steps else ()
 
     def with_tokenizer(self, tokenizer: Any) -> ClassifierPlan:
         """This plan sending token ids made with ``tokenizer``."""
         plan = dataclasses.replace(self, tokenizer=tokenizer)
         if self.scoring == "head":
             return plan
-        prefix, suffix = plan._encode_batch([self.prefix, PROMPT_SUFFIX])
-        return dataclasses.replace(plan, prefix_ids=tuple(prefix), suffix_ids=tuple(suffix))
+        head, *tails = plan._encode_batch([self.head, *(s.tail for s in self.steps)])
+        steps = tuple(
+            dataclasses.replace(s, tail_ids=tuple(ids) + s.path) for s, ids in zip(self.steps, tails, strict=True)
+        )
+        return dataclasses.replace(plan, head_ids=tuple(head), steps=steps)
 
     @property
     def text_token_budget(self) -> int:
-        """Most text tokens that fit beside the prompt and the answer."""
+        """Most body tokens (the user turn's opening and the text) that fit beside the rest."""
         return self.max_model_len - self.overhead_tokens - _BOUNDARY_MARGIN - self.max_tokens
 
-    def length_error(self, text_tokens: int) -> ContextLengthError | None:
-        """The error for a text of ``text_tokens`` tokens that does not fit, else None."""
+    def length_error(self, body_tokens: int) -> ContextLengthError | None:
+        """The error for a body of ``body_tokens`` tokens that does not fit, else None."""
         budget = self.text_token_budget
-        if text_tokens <= budget:
+        if body_tokens <= budget:
             return None
         return ContextLengthError(
-            f"text has {text_tokens} tokens; at most {budget} fit in the server's "
+            f"text has {body_tokens} tokens with its turn; at most {budget} fit in the server's "
             f"context of {self.max_model_len} beside the prompt",
-            tokens=text_tokens,
+            tokens=body_tokens,
             limit=budget,
         )
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of the prompts for ``texts``, exactly as the server would tokenise
-        :meth:`render`'s text.
-
-        Only the texts are tokenised, and set between the fixed parts' ids. That is exact
-        because the suffix starts with a special token, which always splits, and the prefix
-        ends in a newline that is a token of its own unless the text starts with whitespace
-        (Qwen's pre-split joins whitespace that ends in a newline): those texts are tokenised
-        within the whole prompt.
-        """
+    def body(self, text: str, examples: str = "") -> str:
+        """Everything between the head and a step's tail: selected examples, the user turn's
+        opening and the (defused) text. A head model reads the bare text."""
         if self.scoring == "head":
-            return self._encode_batch([neutralize_control_tokens(t) for t in texts])
-        whole = [t[:1].isspace() for t in texts]
-        parts = [self.render(t) if w else neutralize_control_tokens(t) for t, w in zip(texts, whole)]
-        prefix, suffix = list(self.prefix_ids), list(self.suffix_ids)
-        return [ids if w else prefix + ids + suffix for ids, w in zip(self._encode_batch(parts), whole)]
+            return neutralize_control_tokens(text)
+        return examples + USER_OPEN + neutralize_control_tokens(text)
+
+    def render(self, text: str, step: int = 0, examples: str = "") -> str:
+        """The full text prompt of ``text`` for ``step``."""
+        if self.scoring == "head":
+            return self.body(text)
+        tail = self.steps[step]
+        return self.head + self.body(text, examples) + tail.tail + tail.path_text
+
+    def encode_bodies(self, bodies: list[str]) -> list[list[int]]:
+        """Token ids of bodies, exactly as the server tokenises them inside a prompt: each body
+        starts with a special token (or, for a head, is the whole input) and each tail too, and
+        special tokens always split, so the parts tokenise apart as they would together."""
+        return self._encode_batch(bodies)
+
+    def encode(self, texts: list[str], step: int = 0) -> list[list[int]]:
+        """Token ids of ``texts``' prompts for ``step``, as the server would tokenise :meth:`render`'s."""
+        return [self.prompt_ids(ids, step) for ids in self.encode_bodies([self.body(t) for t in texts])]
+
+    def prompt_ids(self, body_ids: list[int], step: int) -> list[int]:
+        if self.scoring == "head":
+            return body_ids
+        return [*self.head_ids, *body_ids, *self.steps[step].tail_ids]
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         # encode_batch_fast skips character offsets we do not use (about a third less CPU).
         encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         return [e.ids for e in encode(texts, add_special_tokens=False)]
 
-    def render(self, text: str) -> str:
-        if self.scoring == "head":  # a classification head reads the bare text
-            return neutralize_control_tokens(text)
-        return self.prefix + neutralize_control_tokens(text) + PROMPT_SUFFIX
-
-
-def plan_scoring(
-    label_set: LabelSet,
-    label_tokens: Sequence[Sequence[int]],
-    letter_tokens: Sequence[Sequence[int]] | None,
-) -> tuple[Scoring, tuple[int, ...], int]:
-    """Choose how to score from each label's (and letter's) tokenisation.
-
-    Returns the scoring, the answer token per label (empty for constrained choice) and the
-    ``max_tokens`` a reply needs.
-    """
-    firsts = tuple(tokens[0] for tokens in label_tokens)
-    if len(set(firsts)) == len(firsts):
-        return "label_tokens", firsts, 1
-    if letter_tokens is not None and all(len(t) == 1 for t in letter_tokens):
-        letters = tuple(t[0] for t in letter_tokens)
-        if len(set(letters)) == len(letters):
-            return "letter_tokens", letters, 1
-    # Under a grammar the model may spell a label in non-canonical tokens (down to one byte
-    # each), so the label's UTF-8 length, not its canonical token count, bounds the reply.
-    return "constrained_choice", (), max(len(label.encode()) for label in label_set.labels)
+    def combine(self, answers: Sequence[Mapping[int, float]]) -> Prediction:
+        """A text's label probabilities from its steps' answers (token -> logprob; for a head,
+        class -> probability; under constrained choice, the chosen label's index -> 0)."""
+        labels = self.label_set.labels
+        if self.scoring == "constrained_choice":
+            (index,) = answers[0]
+            return Prediction(index, None)
+        if self.scoring == "head":
+            probs = [answers[0].get(i, 0.0) for i in range(len(labels))]
+            if not self.label_set.multi_label:
+                total = sum(probs)
+                probs = [p / total for p in probs]
+            return Prediction.of(probs)
+        if self.scoring == "yes_no":
+            yes, no = self.steps[0].allowed
+            return Prediction.of([yes_probability(a.get(yes, -math.inf), a.get(no, -math.inf)) for a in answers])
+        if self.scoring == "label_sequences":
+            node = {step.path: k for k, step in enumerate(self.steps)}
+            totals = []
+            for path in self.label_paths:
+                total = sum(answers[node[path[:i]]].get(path[i], -math.inf) for i in range(len(path)))
+                if path in node:  # a label that other labels continue: it must also end here
+                    total += answers[node[path]].get(self.end_token or -1, -math.inf)
+                totals.append(total)
+            return Prediction.of(list(softmax(totals)))
+        return Prediction.of(list(label_probabilities(answers[0], self.answer_token_ids)))
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """A parsed reply: the label index, and label probabilities when the scoring gives them."""
+    """A text's best label and, when the scoring gives them, every label's probability."""
 
     index: int
     scores: tuple[float, ...] | None
+
+    @classmethod
+    def of(cls, scores: Sequence[float]) -> Prediction:
+        return cls(max(range(len(scores)), key=scores.__getitem__), tuple(scores))
+
+
+def plan_steps(
+    label_tokens: Sequence[Sequence[int]], end_token: int
+) -> tuple[Scoring, tuple[Step, ...], tuple[tuple[int, ...], ...]]:
+    """A single-label set's scoring and steps from each label's tokenisation.
+
+    Distinct first tokens: one step over them. Otherwise one step per node of the labels'
+    token trie (``Step.path`` holds the node; the caller fills in ``path_text``); a label that
+    other labels continue may also end at its node, with ``end_token``. Also returns the
+    label paths.
+    """
+    paths = tuple(tuple(tokens) for tokens in label_tokens)
+    if any(not p for p in paths):
+        raise ValueError("every label must tokenise to at least one token")
+    firsts = tuple(p[0] for p in paths)
+    if len(set(firsts)) == len(firsts):
+        return "label_tokens", (Step(PROMPT_SUFFIX, firsts),), paths
+    if len(set(paths)) != len(paths):
+        raise ValueError("two labels tokenise identically")
+    children: dict[tuple[int, ...], set[int]] = {}
+    for path in paths:
+        for i in range(len(path)):
+            children.setdefault(path[:i], set()).add(path[i])
+    for path in paths:
+        if path in children:
+            children[path].add(end_token)
+    steps = tuple(Step(PROMPT_SUFFIX, tuple(sorted(c)), node) for node, c in sorted(children.items()))
+    return "label_sequences", steps, paths
+
+
+def constrained_choice_max_tokens(label_set: LabelSet) -> int:
+    """Under a grammar the model may spell a label in non-canonical tokens (down to one byte
+    each), so the label's UTF-8 length, not its canonical token count, bounds the reply."""
+    return max(len(label.encode()) for label in label_set.labels)
+
+
+def softmax(logprobs: Sequence[float]) -> tuple[float, ...]:
+    """Normalised probabilities from logprobs (non-finite ones count as 0). Raises
+    ``ValueError`` when none is finite."""
+    values = [v if math.isfinite(v) else -math.inf for v in logprobs]
+    top = max(values, default=-math.inf)
+    if top == -math.inf:
+        raise ValueError("no label has a finite logprob")
+    weights = [math.exp(v - top) for v in values]
+    total = sum(weights)
+    return tuple(w / total for w in weights)
 
 
 def label_probabilities(logprobs: Mapping[int, float], token_ids: Sequence[int]) -> tuple[float, ...]:
     """Softmax over the labels' token logprobs (labels with no logprob, or a non-finite one,
     get 0). Raises ``ValueError`` when no label has a finite logprob."""
-    values = [logprobs.get(t, -math.inf) for t in token_ids]
-    values = [v if math.isfinite(v) else -math.inf for v in values]
-    top = max(values)
-    if top == -math.inf:
-        raise ValueError("no label token has a finite logprob")
-    weights = [math.exp(v - top) for v in values]
-    total = sum(weights)
-    return tuple(w / total for w in weights)
+    return softmax([logprobs.get(t, -math.inf) for t in token_ids])
+
+
+def yes_probability(yes: float, no: float) -> float:
+    """P(yes) / (P(yes) + P(no)) from their logprobs."""
+    return softmax([yes, no])[0]

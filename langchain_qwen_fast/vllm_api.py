@@ -1,5 +1,5 @@
 """The one place that knows vLLM's HTTP endpoints: request bodies and reply parsing for
-``/v1/models``, ``/tokenize``, ``/v1/completions`` and ``/classify``.
+``/v1/models``, ``/tokenize``, ``/detokenize``, ``/v1/completions`` and ``/classify``.
 
 Pure functions; the transport sends what they build. A request is a :data:`Call`:
 (HTTP method, path, JSON body or None). Paths under ``/v1`` are relative (``"completions"``);
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_qwen_fast._transport import Call
-from langchain_qwen_fast.errors import LabelParseError, QwenFastError, ResponseFormatError
-from langchain_qwen_fast.prompting import ClassifierPlan, Prediction, Prompt, label_probabilities, strip_think
+from langchain_qwen_fast.errors import LabelParseError, ResponseFormatError
+from langchain_qwen_fast.prompting import ClassifierPlan, Prediction, Prompt, strip_think
 
 #: Servers that cannot return the logprobs of chosen tokens give the top-k instead.
 TOP_LOGPROBS_FALLBACK = 20
@@ -49,16 +49,31 @@ def parse_tokenize(reply: Any) -> list[int]:
         raise ResponseFormatError(f"/tokenize reply lacks its tokens: {exc!r}") from None
 
 
+def detokenize_call(model: str, tokens: Sequence[int]) -> Call:
+    return ("POST", "/detokenize", {"model": model, "tokens": list(tokens)})
+
+
+def parse_detokenize(reply: Any) -> str:
+    """The text of a ``/detokenize`` reply."""
+    try:
+        text = reply["prompt"]
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"/detokenize reply lacks its text: {exc!r}") from None
+    if not isinstance(text, str):
+        raise ResponseFormatError(f"/detokenize reply's text is {type(text).__name__}")
+    return text
+
+
 # -- /v1/completions and /classify -------------------------------------------------------
-def classify_call(plan: ClassifierPlan, model: str, prompts: Sequence[Prompt]) -> Call:
-    """The request that classifies a group of rendered prompts."""
+def classify_call(plan: ClassifierPlan, model: str, step: int, prompts: Sequence[Prompt]) -> Call:
+    """The request that asks ``step`` of a group of rendered prompts."""
     if plan.scoring == "head":
         return ("POST", "/classify", {"model": model, "input": list(prompts)})
-    return ("POST", "completions", completions_body(plan, model, prompts))
+    return ("POST", "completions", completions_body(plan, model, step, prompts))
 
 
-def completions_body(plan: ClassifierPlan, model: str, prompts: Sequence[Prompt]) -> dict[str, Any]:
-    """The ``/v1/completions`` body for a group of rendered prompts (generate mode)."""
+def completions_body(plan: ClassifierPlan, model: str, step: int, prompts: Sequence[Prompt]) -> dict[str, Any]:
+    """The ``/v1/completions`` body asking ``step`` of a group of rendered prompts."""
     body: dict[str, Any] = {
         "model": model,
         "prompt": list(prompts),
@@ -69,13 +84,14 @@ def completions_body(plan: ClassifierPlan, model: str, prompts: Sequence[Prompt]
     if plan.scoring == "constrained_choice":
         body["structured_outputs"] = {"choice": list(plan.label_set.labels)}
         return body
-    body["allowed_token_ids"] = list(plan.answer_token_ids)
+    allowed = list(plan.steps[step].allowed)
+    body["allowed_token_ids"] = allowed
     body["return_tokens_as_token_ids"] = True
     if plan.has_logprob_token_ids:
         body["logprobs"] = 1
-        body["logprob_token_ids"] = list(plan.answer_token_ids)
+        body["logprob_token_ids"] = allowed
     else:
-        body["logprobs"] = TOP_LOGPROBS_FALLBACK  # labels outside the top-k get probability 0
+        body["logprobs"] = TOP_LOGPROBS_FALLBACK  # answers outside the top-k get probability 0
     return body
 
 
@@ -88,9 +104,18 @@ def reply_items(plan: ClassifierPlan, reply: Any) -> dict[int, Any]:
         raise ResponseFormatError(f"reply lacks its per-prompt items: {exc!r}") from None
 
 
-def parse_item(plan: ClassifierPlan, item: Any) -> Prediction:
-    """One reply item as a :class:`Prediction`, or a typed error naming the problem."""
-    return parse_head(plan, item) if plan.scoring == "head" else parse_choice(plan, item)
+#: One step's answer for one text: token -> logprob (for a head, class -> probability; under
+#: constrained choice, the chosen label's index -> 0.0).
+Answer = dict[int, float]
+
+
+def parse_item(plan: ClassifierPlan, step: int, item: Any) -> Answer:
+    """One reply item as the step's :data:`Answer`, or a typed error naming the problem."""
+    if plan.scoring == "head":
+        return parse_head(plan, item)
+    if plan.scoring == "constrained_choice":
+        return parse_constrained(plan, item)
+    return parse_choice(plan, step, item)
 
 
 def token_id(token: str) -> int:
@@ -98,42 +123,43 @@ def token_id(token: str) -> int:
     return int(token.rpartition(":")[2])
 
 
-def parse_choice(plan: ClassifierPlan, choice: Any) -> Prediction:
-    """Turn one completion choice into a :class:`Prediction`, or raise naming the problem."""
+def parse_constrained(plan: ClassifierPlan, choice: Any) -> Answer:
+    """A constrained-choice completion: the label it spelt."""
+    try:
+        text = choice["text"]
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"completion choice lacks its text: {exc!r}") from None
+    if not isinstance(text, str):
+        raise ResponseFormatError(f"completion choice's text is {type(text).__name__}")
+    reply = strip_think(text)
+    if reply not in plan.label_set.labels:
+        raise LabelParseError(f"model replied {reply[:80]!r}, which is none of the labels", reply=text)
+    return {plan.label_set.labels.index(reply): 0.0}
+
+
+def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> Answer:
+    """A one-token completion: the logprobs of the step's answer tokens (the chosen one always)."""
     try:
         text = choice["text"]
         if not isinstance(text, str):
             raise TypeError(f"choice text is {type(text).__name__}")
-        if plan.scoring == "constrained_choice":
-            reply = strip_think(text)
-            if reply in plan.label_set.labels:
-                return Prediction(plan.label_set.labels.index(reply), None)
-            raise LabelParseError(f"model replied {reply[:80]!r}, which is none of the labels", reply=text)
         logprobs = choice["logprobs"]
         chosen = token_id(logprobs["tokens"][0])
-        step = {token_id(k): float(v) for k, v in (logprobs["top_logprobs"][0] or {}).items()}
-        step.setdefault(chosen, float(logprobs["token_logprobs"][0]))
-    except QwenFastError:
-        raise
+        answer = {token_id(k): float(v) for k, v in (logprobs["top_logprobs"][0] or {}).items()}
+        answer.setdefault(chosen, float(logprobs["token_logprobs"][0]))
     except _REPLY_ERRORS as exc:
         raise ResponseFormatError(f"completion choice lacks expected fields: {exc!r}") from None
-    try:
-        index = plan.answer_token_ids.index(chosen)
-    except ValueError:
+    if chosen not in plan.steps[step].allowed:
         raise LabelParseError(
             f"model replied token {chosen} ({text!r}), which answers no label "
             "(the server did not honour allowed_token_ids?)",
             reply=text,
-        ) from None
-    try:
-        scores = label_probabilities(step, plan.answer_token_ids)
-    except ValueError as exc:
-        raise ResponseFormatError(f"completion choice has no usable label logprobs: {exc}") from None
-    return Prediction(index, scores)
+        )
+    return answer
 
 
-def parse_head(plan: ClassifierPlan, item: Any) -> Prediction:
-    """Turn one ``/classify`` item into a :class:`Prediction` (class i is label i)."""
+def parse_head(plan: ClassifierPlan, item: Any) -> Answer:
+    """A ``/classify`` item: class i's probability (class i is label i)."""
     try:
         probs = [float(p) for p in item["probs"]]
     except _REPLY_ERRORS as exc:
@@ -141,11 +167,17 @@ def parse_head(plan: ClassifierPlan, item: Any) -> Prediction:
     labels = plan.label_set.labels
     if len(probs) != len(labels):
         raise ResponseFormatError(f"head gave {len(probs)} class probabilities for {len(labels)} labels")
-    total = sum(probs)
-    if not (total > 0 and all(p >= 0 for p in probs)) or total == float("inf"):
-        raise ResponseFormatError(f"head gave probabilities that are not a distribution: {probs[:8]}")
-    scores = tuple(p / total for p in probs)
-    return Prediction(max(range(len(scores)), key=scores.__getitem__), scores)
+    if not all(0.0 <= p <= 1.0 for p in probs) or not (plan.label_set.multi_label or sum(probs) > 0):
+        raise ResponseFormatError(f"head gave values that are not probabilities: {probs[:8]}")
+    return dict(enumerate(probs))
+
+
+def combine(plan: ClassifierPlan, answers: Sequence[Answer]) -> Prediction:
+    """A text's prediction from its steps' answers, or a typed error."""
+    try:
+        return plan.combine(answers)
+    except ValueError as exc:
+        raise ResponseFormatError(f"the server's answers give no usable label probabilities: {exc}") from None
 
 
 def parse_num_classes(reply: Any) -> int:
@@ -156,12 +188,18 @@ def parse_num_classes(reply: Any) -> int:
         raise ResponseFormatError(f"/classify reply lacks num_classes: {exc!r}") from None
 
 
+def probe_step(plan: ClassifierPlan) -> int:
+    """The step to probe ``logprob_token_ids`` with: the one with the most answer tokens."""
+    return max(range(len(plan.steps)), key=lambda k: len(plan.steps[k].allowed))
+
+
 def probe_has_logprob_token_ids(plan: ClassifierPlan, reply: Any) -> bool:
-    """Whether a probe completion asked with ``logprob_token_ids`` got every label's logprob
-    back (older vLLM ignores the field and returns only the chosen token's)."""
+    """Whether a probe completion of :func:`probe_step` asked with ``logprob_token_ids`` got
+    every answer token's logprob back (older vLLM ignores the field and returns only the
+    chosen token's)."""
     try:
         step: Mapping[str, Any] = reply["choices"][0]["logprobs"]["top_logprobs"][0] or {}
         got = {token_id(k) for k in step}
     except _REPLY_ERRORS as exc:
         raise ResponseFormatError(f"probe completion lacks logprobs: {exc!r}") from None
-    return set(plan.answer_token_ids) <= got
+    return set(plan.steps[probe_step(plan)].allowed) <= got

@@ -177,7 +177,7 @@ def test_prompt_matches_server_chat_template(classifier: QwenClassifier, server_
     classifier.invoke("warm up")
     plan = classifier.prepare()
     text = "Markets wobble"
-    system = plan.prefix.split("<|im_start|>system\n")[1].split("<|im_end|>")[0]
+    system = plan.head.split("<|im_start|>system\n")[1].split("<|im_end|>")[0]
     root = server_url.removesuffix("/v1")
     by_template = httpx.post(
         f"{root}/tokenize",
@@ -205,18 +205,19 @@ def test_label_tokens_are_the_labels_first_tokens(classifier: QwenClassifier, se
         assert tokens[0] == token
 
 
-def test_letter_aliases_when_labels_share_a_first_token(server_url: str) -> None:
-    labels = ["Sci/Tech", "Sci-Fi", "Sport"]
-    classifier = QwenClassifier(labels=labels, base_url=server_url)
-    result = classifier.invoke("A new telescope sees further")
-    assert result.scoring == "letter_tokens"
-    assert result.label in labels and math.isclose(sum(result.scores.values()), 1.0)
-    assert "A: Sci/Tech" in classifier.prepare().prefix
+def test_constrained_choice_when_the_server_cannot_score_sequences(proxy: FaultProxy) -> None:
+    # A server without logprob_token_ids returns only the chosen token's logprob.
+    def only_chosen(body: Any, reply: dict[str, Any]) -> dict[str, Any]:
+        for choice in reply.get("choices", []):
+            logprobs = choice.get("logprobs") or {}
+            if logprobs.get("top_logprobs"):
+                chosen = logprobs["tokens"][0]
+                logprobs["top_logprobs"] = [{chosen: logprobs["token_logprobs"][0]}]
+        return reply
 
-
-def test_constrained_choice_when_no_single_token_works(server_url: str) -> None:
-    labels = [f"Topic {n}" for n in range(30)]  # same first token, too many for letters
-    classifier = QwenClassifier(labels=labels, base_url=server_url)
+    proxy.rewrite_all = only_chosen
+    labels = [f"Topic {n}" for n in range(30)]  # one first token for all: sequences needed
+    classifier = QwenClassifier(labels=labels, base_url=proxy.base_url)
     results = classifier.batch(["first text", "second text", "third"])
     for result in results:
         assert result.scoring == "constrained_choice"
@@ -499,7 +500,8 @@ def test_token_id_prompts_check_length_without_asking_the_server(proxy: FaultPro
     classifier.invoke("warm up")
     before = len(proxy.requests)
     results = classifier.batch(["word " * 2000, "ab " * 150, "fine"], return_exceptions=True)
-    assert isinstance(results[0], ContextLengthError) and 2000 <= results[0].tokens <= 2001
+    # 2,000 words and the user turn's opening (3 tokens)
+    assert isinstance(results[0], ContextLengthError) and 2003 <= results[0].tokens <= 2004
     assert_valid(results[1]) and assert_valid(results[2])
     sent = proxy.requests[before:]
     assert [c.path for c in sent] == ["/v1/completions"]  # no /tokenize, one request

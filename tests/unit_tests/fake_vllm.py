@@ -22,9 +22,20 @@ import httpx
 _TOKEN = re.compile(r"<\|[a-z_]+\|>|</?think>|\w+|[^\w\s]|\s+")
 
 
+_VOCAB: dict[int, str] = {}
+
+
 def toy_tokenize(text: str) -> list[int]:
     """Words, punctuation marks, runs of whitespace and control tokens, each one stable id."""
-    return [zlib.crc32(t.encode()) % 1_000_000 + 1_000 for t in _TOKEN.findall(text)]
+    ids = []
+    for token in _TOKEN.findall(text):
+        ids.append(zlib.crc32(token.encode()) % 1_000_000 + 1_000)
+        _VOCAB[ids[-1]] = token
+    return ids
+
+
+def toy_detokenize(ids: list[int]) -> str:
+    return "".join(_VOCAB[i] for i in ids)
 
 
 def logit(prompt: Any, token: int) -> float:
@@ -91,6 +102,8 @@ class FakeVLLM:
         path = request.url.path
         if path.endswith("/v1/models"):
             return self._json({"data": [{"id": m, "max_model_len": n} for m, n in self.models.items()]})
+        if path.endswith("/detokenize"):
+            return self._json({"prompt": toy_detokenize(body["tokens"])})
         if path.endswith("/tokenize"):
             ids = toy_tokenize(body["prompt"])
             return self._json({"tokens": ids, "count": len(ids), "max_model_len": 512})

@@ -46,20 +46,40 @@ def expected(classifier: QwenClassifier, text: str) -> list[float]:
     return softmax([logit(plan.render(text), t) for t in plan.answer_token_ids])
 
 
+def sequence_expected(classifier: QwenClassifier, text: str, labels: list[str]) -> list[float]:
+    """Label-sequence probabilities: each label's tokens' probabilities multiplied, normalised."""
+    plan = classifier.prepare()
+    steps = {s.path: k for k, s in enumerate(plan.steps)}
+    end = toy_tokenize("<|im_end|>")[0]
+
+    def p(node: tuple[int, ...], token: int) -> float:
+        step = plan.steps[steps[node]]
+        probs = softmax([logit(plan.render(text, steps[node]), t) for t in step.allowed])
+        return probs[step.allowed.index(token)]
+
+    totals = []
+    for path in (tuple(toy_tokenize(label)) for label in labels):
+        total = math.prod(p(path[:i], path[i]) for i in range(len(path)))
+        if path in steps:  # other labels continue this one: it must end here
+            total *= p(path, end)
+        totals.append(total)
+    return [t / sum(totals) for t in totals]
+
+
 # -- set-up ----------------------------------------------------------------------------------
 def test_setup_learns_label_tokens_and_budget_from_the_server(fake: FakeVLLM) -> None:
     classifier = make(fake)
     plan = classifier.prepare()
     assert plan.scoring == "label_tokens"
     assert plan.answer_token_ids == tuple(toy_tokenize(label)[0] for label in LABELS)
-    assert plan.overhead_tokens == len(toy_tokenize(plan.prefix + PROMPT_SUFFIX))
+    assert plan.overhead_tokens == len(toy_tokenize(plan.head + PROMPT_SUFFIX))
     assert plan.max_model_len == 512 and plan.has_logprob_token_ids
-    # models, one /tokenize per label and letter, the overhead count, one probe
+    # models, one /tokenize per label and the end token, the head and tail counts, one probe
     assert [r.path for r in fake.requests][:1] == ["/v1/models"]
-    assert len(fake.calls("/tokenize")) == 2 * len(LABELS) + 1
+    assert len(fake.calls("/tokenize")) == len(LABELS) + 1 + 2
     assert len(fake.calls("/v1/completions")) == 1
     classifier.prepare()
-    assert len(fake.requests) == 1 + 2 * len(LABELS) + 1 + 1  # done once
+    assert len(fake.requests) == 1 + len(LABELS) + 1 + 2 + 1  # done once
 
 
 async def test_async_setup_matches_sync(fake: FakeVLLM) -> None:
@@ -72,12 +92,29 @@ def test_model_not_served_is_a_clear_error(fake: FakeVLLM) -> None:
         classifier.invoke("text")
 
 
-def test_labels_sharing_a_first_token_are_asked_for_by_letter(fake: FakeVLLM) -> None:
-    classifier = make(fake, labels=["Sci/Tech", "Sci-Fi", "Sports"])
+def test_labels_sharing_first_tokens_are_scored_as_token_sequences(fake: FakeVLLM) -> None:
+    labels = ["Sci/Tech", "Sci-Fi", "Sci", "Sports"]
+    classifier = make(fake, labels=labels)
     plan = classifier.prepare()
-    assert plan.scoring == "letter_tokens" and "A: Sci/Tech" in plan.prefix and "C: Sports" in plan.prefix
-    result = classifier.invoke("A film about robots")
-    assert result.scoring == "letter_tokens" and result.label in ("Sci/Tech", "Sci-Fi", "Sports")
+    assert plan.scoring == "label_sequences"
+    assert {s.path_text for s in plan.steps} == {"", "Sci", "Sci/", "Sci-"}  # the trie's inner nodes
+    text = "A film about robots"
+    result = classifier.invoke(text)
+    want = sequence_expected(classifier, text, labels)
+    assert result.scoring == "label_sequences" and result.scores is not None
+    assert [result.scores[x] for x in labels] == pytest.approx(want)
+    assert result.label == labels[want.index(max(want))]
+    # one request per trie node for the text, each limited to that node's next tokens
+    asked = [r.body for r in fake.calls("/v1/completions")[1:]]
+    assert sorted(len(b["allowed_token_ids"]) for b in asked) == [1, 1, 2, 3]
+    assert any(b["prompt"][0].endswith(PROMPT_SUFFIX + "Sci/") for b in asked)
+
+
+def test_many_labels_have_no_cap(fake: FakeVLLM) -> None:
+    labels = [f"Topic {i}" for i in range(40)]  # all start with "Topic": 40 > 26 letters
+    result = make(fake, labels=labels).invoke("a text")
+    assert result.scoring == "label_sequences" and result.scores is not None and len(result.scores) == 40
+    assert math.isclose(sum(result.scores.values()), 1.0)
 
 
 def test_server_without_logprob_token_ids_falls_back_to_top_k(fake: FakeVLLM) -> None:
@@ -158,8 +195,9 @@ def test_input_shapes(fake: FakeVLLM) -> None:
     assert (prompt | classifier).invoke({"text": text}) == by_str
 
 
-def test_constrained_choice_when_letters_cannot_help(fake: FakeVLLM) -> None:
-    labels = [f"Topic {i}" for i in range(30)]  # all start with "Topic"; more than 26 letters
+def test_constrained_choice_when_the_server_cannot_score_sequences(fake: FakeVLLM) -> None:
+    fake.logprob_token_ids = False
+    labels = [f"Topic {i}" for i in range(30)]
     classifier = make(fake, labels=labels)
     result = classifier.invoke("a text")
     assert result.scoring == "constrained_choice" and result.scores is None and result.label in labels
@@ -200,7 +238,8 @@ def test_too_long_text_is_rejected_before_sending(fake: FakeVLLM) -> None:
     assert isinstance(results[0], Classification)
     assert isinstance(results[1], ContextLengthError) and results[1].limit < results[1].tokens
     counted = [r.body["prompt"] for r in fake.calls("/tokenize")]
-    assert long_text in counted and "short" not in counted  # only the unsure text is counted
+    assert counted[-1] == "<|im_start|>user\n" + long_text  # only the unsure text is counted
+    assert not any("short" in c for c in counted)
 
 
 @pytest.mark.parametrize("fault", [status(503), status(429, {"retry-after": "0"}), reset(), timeout()])

@@ -14,12 +14,15 @@ from langchain_qwen_fast.classification import text_of, validate_text
 from langchain_qwen_fast.prompting import (
     DEFAULT_INSTRUCTIONS,
     PROMPT_SUFFIX,
+    USER_OPEN,
     ClassifierPlan,
     LabelSet,
+    Step,
     label_probabilities,
     neutralize_control_tokens,
-    plan_scoring,
+    plan_steps,
     strip_think,
+    yes_probability,
 )
 from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines, news_items
 
@@ -28,8 +31,8 @@ def plan(labels: LabelSet, scoring: str = "label_tokens", overhead: int = 40, ma
     return ClassifierPlan(
         label_set=labels,
         scoring=scoring,  # type: ignore[arg-type]
-        prefix=labels.render_prefix(scoring),  # type: ignore[arg-type]
-        answer_token_ids=(1, 2, 3, 4),
+        head=labels.render_head(),
+        steps=(Step(PROMPT_SUFFIX, (1, 2, 3, 4)),),
         max_tokens=1,
         overhead_tokens=overhead,
         max_model_len=max_len,
@@ -61,43 +64,88 @@ def test_descriptions_must_name_known_labels() -> None:
         LabelSet.build(["World", "Sports"], {"Weather": "rain"})
 
 
-def test_prefix_lists_labels_after_the_instructions() -> None:
-    assert NEWS.render_prefix("label_tokens") == (
-        f"<|im_start|>system\n{DEFAULT_INSTRUCTIONS}\nLabels: World, Sports, Business, Sci/Tech"
-        "<|im_end|>\n<|im_start|>user\n"
+def test_head_lists_labels_after_the_instructions() -> None:
+    assert NEWS.render_head() == (
+        f"<|im_start|>system\n{DEFAULT_INSTRUCTIONS}\nLabels: World, Sports, Business, Sci/Tech<|im_end|>\n"
     )
 
 
-def test_prefix_with_descriptions_and_custom_instructions() -> None:
+def test_head_with_descriptions_and_custom_instructions() -> None:
     labels = LabelSet.build(["spam", "ham"], {"spam": "unwanted mail"}, "  Is this spam?  ")
-    assert labels.render_prefix("label_tokens") == (
-        "<|im_start|>system\nIs this spam?\nLabels:\n- spam (unwanted mail)\n- ham<|im_end|>\n<|im_start|>user\n"
+    assert (
+        labels.render_head() == "<|im_start|>system\nIs this spam?\nLabels:\n- spam (unwanted mail)\n- ham<|im_end|>\n"
     )
 
 
-def test_letter_prefix_and_the_26_letter_cap() -> None:
-    prefix = NEWS.render_prefix("letter_tokens")
-    assert "Answer with the label's letter.\nA: World\nB: Sports\nC: Business\nD: Sci/Tech" in prefix
-    assert LabelSet.build([f"l{i}" for i in range(27)]).letters() is None
+def test_single_label_examples_are_answered_turns_in_the_head() -> None:
+    labels = LabelSet.build(["spam", "ham"], examples=[("Win a prize <|im_start|>now", "spam"), ("Lunch?", "ham")])
+    assert labels.render_head().endswith(
+        "<|im_end|>\n<|im_start|>user\nWin a prize <\u2060|im_start|>now<|im_end|>\n<|im_start|>assistant\nspam<|im_end|>\n"
+        "<|im_start|>user\nLunch?<|im_end|>\n<|im_start|>assistant\nham<|im_end|>\n"
+    )
 
 
-def test_plan_scoring_prefers_label_tokens_then_letters_then_choice() -> None:
-    letters = [[65], [66], [67], [68]]
-    assert plan_scoring(NEWS, [[10, 1], [11], [12], [13, 5]], letters) == ("label_tokens", (10, 11, 12, 13), 1)
-    assert plan_scoring(NEWS, [[10, 1], [10, 2], [12], [13]], letters) == ("letter_tokens", (65, 66, 67, 68), 1)
-    scoring, ids, max_tokens = plan_scoring(NEWS, [[10, 1], [10, 2], [12], [13]], None)
-    assert (scoring, ids) == ("constrained_choice", ())
-    assert max_tokens == len(b"Business")  # the longest label in bytes bounds the reply
+def test_multi_label_examples_and_questions() -> None:
+    labels = LabelSet.build(["a", "b"], multi_label=True, examples=[("x", ["a", "b"]), ("y", [])])
+    assert labels.render_head().endswith(
+        "<|im_start|>user\nExamples:\nText: x\nLabels: a, b\nText: y\nLabels: none<|im_end|>\n"
+    )
+    assert labels.question("b") == (
+        "<|im_end|>\n<|im_start|>user\nDoes the label 'b' apply to the text? Answer yes or no." + PROMPT_SUFFIX
+    )
 
 
-def test_letters_that_are_not_single_tokens_fall_back_to_choice() -> None:
-    assert plan_scoring(NEWS, [[1], [1], [2], [3]], [[65], [66, 1], [67], [68]])[0] == "constrained_choice"
+@pytest.mark.parametrize(
+    ("examples", "message"),
+    [
+        ([("text", "Weather")], "lacks: \\['Weather'\\]"),
+        ([("", "World")], "non-empty text"),
+        ([("text", ["World", "Sports"])], "exactly one label"),
+        (["just text"], "must be \\(text, label\\)"),
+    ],
+)
+def test_bad_examples_are_named(examples: list, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LabelSet.build(AG_NEWS_LABELS, examples=examples)
+
+
+def test_distinct_first_tokens_take_one_step() -> None:
+    scoring, steps, paths = plan_steps([[10, 1], [11], [12], [13, 5]], end_token=99)
+    assert scoring == "label_tokens" and [s.allowed for s in steps] == [(10, 11, 12, 13)]
+    assert paths == ((10, 1), (11,), (12,), (13, 5))
+
+
+def test_shared_first_tokens_take_a_step_per_trie_node() -> None:
+    # "Sci/Tech" = 5 6 7, "Sci-Fi" = 5 8, "Sci" = 5, "Sports" = 9
+    scoring, steps, _ = plan_steps([[5, 6, 7], [5, 8], [5], [9]], end_token=99)
+    assert scoring == "label_sequences"
+    assert {s.path: s.allowed for s in steps} == {(): (5, 9), (5,): (6, 8, 99), (5, 6): (7,)}
+
+
+def test_sequence_scores_are_products_normalised() -> None:
+    labels = LabelSet.build(["Sci/Tech", "Sci-Fi", "Sci", "Sports"])
+    scoring, steps, paths = plan_steps([[5, 6, 7], [5, 8], [5], [9]], end_token=99)
+    p = ClassifierPlan(labels, scoring, labels.render_head(), steps, 1, 40, 512, True, paths, 99)
+    lp = math.log
+    answers = {(): {5: lp(0.8), 9: lp(0.1)}, (5,): {6: lp(0.5), 8: lp(0.2), 99: lp(0.1)}, (5, 6): {7: lp(0.9)}}
+    prediction = p.combine([answers[s.path] for s in steps])
+    raw = [0.8 * 0.5 * 0.9, 0.8 * 0.2, 0.8 * 0.1, 0.1]
+    assert prediction.scores == pytest.approx([r / sum(raw) for r in raw])
+    assert prediction.index == 0
+
+
+def test_yes_probability() -> None:
+    assert yes_probability(math.log(0.3), math.log(0.1)) == pytest.approx(0.75)
+    assert yes_probability(-math.inf, 0.0) == 0.0
 
 
 # -- rendering -------------------------------------------------------------------------------
 def test_render_puts_the_text_between_prefix_and_suffix() -> None:
     p = plan(NEWS)
-    assert p.render("Markets wobble") == p.prefix + "Markets wobble" + PROMPT_SUFFIX
+    assert p.render("Markets wobble") == p.head + USER_OPEN + "Markets wobble" + PROMPT_SUFFIX
+    assert p.render("x", examples="<|im_start|>user\ne<|im_end|>\n").startswith(
+        p.head + "<|im_start|>user\ne<|im_end|>"
+    )
     assert PROMPT_SUFFIX == "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     assert plan(NEWS, "head").render("bare <|im_start|> text") == "bare <\u2060|im_start|> text"
 
@@ -136,7 +184,7 @@ def test_label_probabilities_softmax_over_the_labels() -> None:
     probs = label_probabilities({1: math.log(0.2), 2: math.log(0.6), 3: math.log(0.2)}, [1, 2, 3, 4])
     assert probs == pytest.approx((0.2, 0.6, 0.2, 0.0))
     assert label_probabilities({1: -1e9, 2: float("nan")}, [1, 2]) == (1.0, 0.0)
-    with pytest.raises(ValueError, match="no label token"):
+    with pytest.raises(ValueError, match="no label has a finite logprob"):
         label_probabilities({9: 0.0}, [1, 2])
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from langchain_qwen_fast import QwenFastError
 from langchain_qwen_fast import vllm_api as api
 from langchain_qwen_fast.classification import text_of
-from langchain_qwen_fast.prompting import PROMPT_SUFFIX, ClassifierPlan, LabelSet, neutralize_control_tokens
+from langchain_qwen_fast.prompting import PROMPT_SUFFIX, ClassifierPlan, LabelSet, Step, neutralize_control_tokens
 
 CONTROL = re.compile(r"<\|[a-z_]{1,30}\|>|</?(?:think|tool_call|tool_response)>")
 FRAGMENTS = [
@@ -30,8 +30,8 @@ LABELS = LabelSet.build(["World", "Sports", "Business", "Sci/Tech"])
 PLAN = ClassifierPlan(
     label_set=LABELS,
     scoring="label_tokens",
-    prefix=LABELS.render_prefix("label_tokens"),
-    answer_token_ids=(101, 102, 103, 104),
+    head=LABELS.render_head(),
+    steps=(Step(PROMPT_SUFFIX, (101, 102, 103, 104)),),
     max_tokens=1,
     overhead_tokens=30,
     max_model_len=512,
@@ -40,7 +40,8 @@ PLAN = ClassifierPlan(
 PLANS = [
     PLAN,
     dataclasses.replace(PLAN, scoring="head"),
-    dataclasses.replace(PLAN, scoring="constrained_choice", answer_token_ids=()),
+    dataclasses.replace(PLAN, scoring="constrained_choice", steps=(Step(PROMPT_SUFFIX),)),
+    dataclasses.replace(PLAN, scoring="head", label_set=LabelSet.build(LABELS.labels, multi_label=True)),
 ]
 
 
@@ -48,9 +49,9 @@ PLANS = [
 @given(texts)
 def test_no_text_forges_a_control_token_or_a_turn(text: str) -> None:
     rendered = PLAN.render(text)
-    fixed = CONTROL.findall(PLAN.prefix + PROMPT_SUFFIX)
+    fixed = CONTROL.findall(PLAN.head + "<|im_start|>user\n" + PROMPT_SUFFIX)
     assert CONTROL.findall(rendered) == fixed  # only the template's own control tokens
-    assert rendered.startswith(PLAN.prefix) and rendered.endswith(PROMPT_SUFFIX)
+    assert rendered.startswith(PLAN.head + "<|im_start|>user\n") and rendered.endswith(PROMPT_SUFFIX)
     assert CONTROL.search(neutralize_control_tokens(text)) is None
     # Only word joiners are inserted: every other character is kept, in order.
     assert neutralize_control_tokens(text).replace("\u2060", "") == text.replace("\u2060", "")
@@ -86,14 +87,15 @@ near_choices = st.fixed_dictionaries(
 
 def check_prediction(plan: ClassifierPlan, item: Any) -> None:
     try:
-        prediction = api.parse_item(plan, item)
+        prediction = api.combine(plan, [api.parse_item(plan, 0, item)])
     except QwenFastError:
         return  # a typed error naming the problem
     assert 0 <= prediction.index < len(LABELS.labels)
     if prediction.scores is not None:
         assert len(prediction.scores) == len(LABELS.labels)
         assert all(0.0 <= p <= 1.0 for p in prediction.scores)
-        assert math.isclose(sum(prediction.scores), 1.0, rel_tol=1e-6)
+        if not plan.label_set.multi_label:
+            assert math.isclose(sum(prediction.scores), 1.0, rel_tol=1e-6)
 
 
 @settings(max_examples=1000, deadline=None)

@@ -10,14 +10,14 @@ import pytest
 
 from langchain_qwen_fast import LabelParseError, ResponseFormatError
 from langchain_qwen_fast import vllm_api as api
-from langchain_qwen_fast.prompting import ClassifierPlan, LabelSet
+from langchain_qwen_fast.prompting import PROMPT_SUFFIX, ClassifierPlan, LabelSet, Step
 
 LABELS = LabelSet.build(["World", "Sports", "Business"])
 PLAN = ClassifierPlan(
     label_set=LABELS,
     scoring="label_tokens",
-    prefix=LABELS.render_prefix("label_tokens"),
-    answer_token_ids=(101, 102, 103),
+    head=LABELS.render_head(),
+    steps=(Step(PROMPT_SUFFIX, (101, 102, 103)),),
     max_tokens=1,
     overhead_tokens=30,
     max_model_len=512,
@@ -38,7 +38,7 @@ def choice(chosen: int, logprobs: dict[int, float], text: str = "x") -> dict[str
 
 
 def test_completions_body_limits_the_answer_to_label_tokens() -> None:
-    method, path, body = api.classify_call(PLAN, "qwen3", ["p1", [1, 2, 3]])
+    method, path, body = api.classify_call(PLAN, "qwen3", 0, ["p1", [1, 2, 3]])
     assert (method, path) == ("POST", "completions")
     assert body == {
         "model": "qwen3",
@@ -54,23 +54,27 @@ def test_completions_body_limits_the_answer_to_label_tokens() -> None:
 
 
 def test_fallback_and_constrained_choice_bodies() -> None:
-    fallback = api.completions_body(dataclasses.replace(PLAN, has_logprob_token_ids=False), "m", ["p"])
+    fallback = api.completions_body(dataclasses.replace(PLAN, has_logprob_token_ids=False), "m", 0, ["p"])
     assert fallback["logprobs"] == api.TOP_LOGPROBS_FALLBACK and "logprob_token_ids" not in fallback
-    choice_plan = dataclasses.replace(PLAN, scoring="constrained_choice", answer_token_ids=(), max_tokens=8)
-    body = api.completions_body(choice_plan, "m", ["p"])
+    choice_plan = dataclasses.replace(PLAN, scoring="constrained_choice", steps=(Step(PROMPT_SUFFIX),), max_tokens=8)
+    body = api.completions_body(choice_plan, "m", 0, ["p"])
     assert body["structured_outputs"] == {"choice": ["World", "Sports", "Business"]}
     assert "allowed_token_ids" not in body and body["max_tokens"] == 8
 
 
 def test_head_and_tokenize_and_models_calls() -> None:
     head = dataclasses.replace(PLAN, scoring="head")
-    assert api.classify_call(head, "cls", ["a", "b"]) == ("POST", "/classify", {"model": "cls", "input": ["a", "b"]})
+    assert api.classify_call(head, "cls", 0, ["a", "b"]) == ("POST", "/classify", {"model": "cls", "input": ["a", "b"]})
     assert api.tokenize_call("m", "hi") == (
         "POST",
         "/tokenize",
         {"model": "m", "prompt": "hi", "add_special_tokens": False},
     )
     assert api.models_call() == ("GET", "models", None)
+    assert api.detokenize_call("m", [1, 2]) == ("POST", "/detokenize", {"model": "m", "tokens": [1, 2]})
+    assert api.parse_detokenize({"prompt": "Sci"}) == "Sci"
+    with pytest.raises(ResponseFormatError):
+        api.parse_detokenize({"prompt": 3})
 
 
 def test_parse_models_and_tokenize() -> None:
@@ -85,14 +89,16 @@ def test_parse_models_and_tokenize() -> None:
 
 def test_parse_choice_gives_the_label_and_its_probabilities() -> None:
     logprobs = {101: math.log(0.1), 102: math.log(0.7), 103: math.log(0.2)}
-    prediction = api.parse_item(PLAN, choice(102, logprobs))
+    answer = api.parse_item(PLAN, 0, choice(102, logprobs))
+    assert answer == pytest.approx(logprobs)
+    prediction = api.combine(PLAN, [answer])
     assert prediction.index == 1 and prediction.scores == pytest.approx((0.1, 0.7, 0.2))
 
 
 def test_chosen_token_counts_even_when_missing_from_top_logprobs() -> None:
     item = choice(101, {102: math.log(0.5)})
     item["logprobs"]["token_logprobs"] = [math.log(0.5)]
-    prediction = api.parse_choice(PLAN, item)
+    prediction = api.combine(PLAN, [api.parse_choice(PLAN, 0, item)])
     assert prediction.index == 0 and prediction.scores == pytest.approx((0.5, 0.5, 0.0))
 
 
@@ -110,31 +116,43 @@ def test_chosen_token_counts_even_when_missing_from_top_logprobs() -> None:
 )
 def test_malformed_choices_are_format_errors(item: Any) -> None:
     with pytest.raises(ResponseFormatError):
-        api.parse_item(PLAN, item)
+        api.parse_item(PLAN, 0, item)
+
+
+def test_answers_without_usable_logprobs_are_format_errors() -> None:
+    with pytest.raises(ResponseFormatError, match="no usable label probabilities"):
+        api.combine(PLAN, [{101: float("nan")}])
 
 
 def test_a_token_outside_the_labels_is_a_label_parse_error() -> None:
     with pytest.raises(LabelParseError, match="token 999") as info:
-        api.parse_item(PLAN, choice(999, {999: -0.1}, text="Weather"))
+        api.parse_item(PLAN, 0, choice(999, {999: -0.1}, text="Weather"))
     assert info.value.reply == "Weather"
 
 
 def test_constrained_choice_replies() -> None:
-    choice_plan = dataclasses.replace(PLAN, scoring="constrained_choice", answer_token_ids=())
-    assert api.parse_item(choice_plan, {"text": "<think>\n\n</think>\n\nSports"}).index == 1
+    choice_plan = dataclasses.replace(PLAN, scoring="constrained_choice", steps=(Step(PROMPT_SUFFIX),))
+    answer = api.parse_item(choice_plan, 0, {"text": "<think>\n\n</think>\n\nSports"})
+    assert api.combine(choice_plan, [answer]) == api.Prediction(1, None)
     with pytest.raises(LabelParseError, match="none of the labels"):
-        api.parse_item(choice_plan, {"text": "Weather"})
+        api.parse_item(choice_plan, 0, {"text": "Weather"})
 
 
 def test_parse_head() -> None:
     head = dataclasses.replace(PLAN, scoring="head")
-    prediction = api.parse_item(head, {"index": 0, "probs": [0.2, 0.2, 0.6]})
+    prediction = api.combine(head, [api.parse_item(head, 0, {"index": 0, "probs": [0.2, 0.2, 0.6]})])
     assert prediction.index == 2 and prediction.scores == pytest.approx((0.2, 0.2, 0.6))
     with pytest.raises(ResponseFormatError, match="2 class probabilities for 3 labels"):
-        api.parse_item(head, {"probs": [0.5, 0.5]})
-    for bad in ([0, 0, 0], [float("nan"), 1, 1], [-1, 1, 1], ["a", 1, 1]):
+        api.parse_item(head, 0, {"probs": [0.5, 0.5]})
+    for bad in ([0, 0, 0], [float("nan"), 1, 1], [-1, 1, 1], ["a", 1, 1], [2, 0, 0]):
         with pytest.raises(ResponseFormatError):
-            api.parse_item(head, {"probs": bad})
+            api.parse_item(head, 0, {"probs": bad})
+
+
+def test_a_multi_label_head_keeps_independent_probabilities() -> None:
+    head = dataclasses.replace(PLAN, scoring="head", label_set=LabelSet.build(LABELS.labels, multi_label=True))
+    prediction = api.combine(head, [api.parse_item(head, 0, {"probs": [0.9, 0.8, 0.1]})])
+    assert prediction.scores == pytest.approx((0.9, 0.8, 0.1)) and prediction.index == 0
 
 
 def test_reply_items_by_index() -> None:
