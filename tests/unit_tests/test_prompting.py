@@ -80,7 +80,8 @@ def test_head_with_descriptions_and_custom_instructions() -> None:
 def test_single_label_examples_are_answered_turns_in_the_head() -> None:
     labels = LabelSet.build(["spam", "ham"], examples=[("Win a prize <|im_start|>now", "spam"), ("Lunch?", "ham")])
     assert labels.render_head().endswith(
-        "<|im_end|>\n<|im_start|>user\nWin a prize <\u2060|im_start|>now<|im_end|>\n<|im_start|>assistant\nspam<|im_end|>\n"
+        "<|im_end|>\n<|im_start|>user\nWin a prize <\u2060|im_start|>now<|im_end|>\n"
+        "<|im_start|>assistant\nspam<|im_end|>\n"
         "<|im_start|>user\nLunch?<|im_end|>\n<|im_start|>assistant\nham<|im_end|>\n"
     )
 
