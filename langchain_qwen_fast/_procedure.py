@@ -181,6 +181,12 @@ class Procedure:
             raise QwenFastError(
                 f"model {self.model!r} has a {classes}-class head but {len(labels.labels)} labels were given"
             )
+        # A softmax head's probabilities sum to 1; a multi-label (sigmoid) head's almost never do.
+        total = sum(vllm_api.parse_head(plan, vllm_api.reply_items(plan, probe)[0]).values())
+        if labels.multi_label == (abs(total - 1.0) < 1e-3):
+            kind = "a single-label (softmax)" if labels.multi_label else "a multi-label (sigmoid)"
+            fix = "multi_label=False" if labels.multi_label else "multi_label=True"
+            raise QwenFastError(f"model {self.model!r} has {kind} head; use {fix}")
         return plan
 
     def _check_tokenizer_steps(self, plan: ClassifierPlan) -> Steps[None]:
@@ -205,7 +211,9 @@ class Procedure:
         """Classify ``inputs`` down the hierarchy; every slot ends as a Classification or an
         exception, in input order. ``examples``: each input's selected examples, rendered."""
         results = yield from self._level_steps(inputs, plans[()], (), examples)
-        yield from self._descend(inputs, plans, (), results, examples)
+        if len(plans) > 1:  # a hierarchy: every result carries its path
+            results = [_with_path(r) if isinstance(r, Classification) else r for r in results]
+            yield from self._descend(inputs, plans, (), results, examples)
         return results
 
     def _descend(
@@ -225,9 +233,9 @@ class Procedure:
                 continue
             sub_examples = [examples[i] for i in here] if examples is not None else None
             sub = yield from self._level_steps([inputs[i] for i in here], plans[child], child, sub_examples)
-            yield from self._descend([inputs[i] for i in here], plans, child, sub, sub_examples)
             for i, result in zip(here, sub, strict=True):
                 results[i] = result if isinstance(result, Exception) else _below(results[i], result)
+            yield from self._descend(inputs, plans, child, results, examples)
 
     def _level_steps(
         self, inputs: Sequence[Any], plan: ClassifierPlan, node: Node, examples: Sequence[str] | None
@@ -389,12 +397,22 @@ def _assign(plan: ClassifierPlan, reply: Any, group: list[tuple[str, int]], answ
             answers[body][k] = exc
 
 
+def _with_path(result: Classification) -> Classification:
+    """A top-level result of a hierarchy, with its one-level path."""
+    return result.model_copy(
+        update={"path": [result.label] if result.label else [], "path_scores": [result.scores or {}]}
+    )
+
+
 def _below(parent: Classification, child: Classification) -> Classification:
     """A child level's result under its parent's: the leaf label with the path and each
     level's probabilities."""
-    path = [*(parent.path or [parent.label or ""]), *(child.path or [child.label or ""])]
-    levels = [*(parent.path_scores or [parent.scores or {}]), *(child.path_scores or [child.scores or {}])]
-    return child.model_copy(update={"path": path if child.label else path[:-1], "path_scores": levels})
+    return child.model_copy(
+        update={
+            "path": [*(parent.path or []), *([child.label] if child.label else [])],
+            "path_scores": [*(parent.path_scores or []), child.scores or {}],
+        }
+    )
 
 
 def _length_error(plan: ClassifierPlan, reply: Any) -> QwenFastError | None:

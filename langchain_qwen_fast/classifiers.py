@@ -78,7 +78,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     threshold: float | dict[str, float] = 0.5
     """Multi-label: the probability a label needs to be chosen, or one per label (labels not
     named keep 0.5)."""
-    examples: list[Any] | None = None
+    examples: list[tuple[str, str | list[str]]] | None = None
     """Few-shot examples, ``[(text, label), ...]`` (a list of labels per example under
     ``multi_label``), rendered once in the fixed, cached part of every prompt."""
     example_selector: BaseExampleSelector | None = Field(default=None, exclude=True)
@@ -266,7 +266,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         config = self.model_dump(mode="json", exclude={"api_key", "example_selector", "cache", "http_transport"})
         saved = {"format": _SAVED_FORMAT, "version": _SAVED_VERSION, "config": config}
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(saved, indent=1) + "\\n")
+        target.write_text(json.dumps(saved, indent=1) + "\n")
         return target
 
     @classmethod

@@ -104,6 +104,7 @@ def _add_build_test_model(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--size", choices=["tiny", "0.6b"], default="tiny", help="tiny (CI) or the Qwen3-0.6B shape")
     p.add_argument("--num-labels", type=int, help="write a Qwen3ForSequenceClassification head with N classes")
+    p.add_argument("--multi-label", action="store_true", help="with --num-labels: a multi-label (sigmoid) head")
     p.add_argument("--seed", type=int, default=0, help="weights' random seed (default: %(default)s)")
     p.add_argument("--overwrite", action="store_true", help="rebuild even if OUT holds the same model")
     p.add_argument("--tokenizer-from", help="copy the tokenizer from this model directory instead of building it")
@@ -116,11 +117,15 @@ def _build_test_model(args: argparse.Namespace) -> int:
     if args.num_labels is not None and args.num_labels < 2:
         print("--num-labels must be at least 2", file=sys.stderr)
         return 2
+    if args.multi_label and args.num_labels is None:
+        print("--multi-label needs --num-labels", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     path = build_test_model(
         args.out,
         args.size,
         num_labels=args.num_labels,
+        multi_label=args.multi_label,
         seed=args.seed,
         overwrite=args.overwrite,
         tokenizer_from=args.tokenizer_from,

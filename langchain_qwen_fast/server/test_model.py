@@ -253,6 +253,7 @@ def build_test_model(
     size: ModelSize = "tiny",
     *,
     num_labels: int | None = None,
+    multi_label: bool = False,
     seed: int = 0,
     overwrite: bool = False,
     tokenizer_from: str | Path | None = None,
@@ -265,6 +266,8 @@ def build_test_model(
             Qwen3-0.6B shape; for GPU benchmarks).
         num_labels: when given, write a ``Qwen3ForSequenceClassification`` checkpoint with
             that many classes (served by vLLM's pooling runner) instead of a causal LM.
+        multi_label: with ``num_labels``, mark the head multi-label (``problem_type``), so
+            vLLM scores each class with a sigmoid instead of a softmax over the classes.
         seed: torch seed for the random weights (same seed, same model).
         overwrite: rebuild even if ``out_dir`` already holds a finished model.
         tokenizer_from: copy the tokenizer from this model directory instead of rebuilding
@@ -281,6 +284,7 @@ def build_test_model(
     recipe = {
         "size": size,
         "num_labels": num_labels,
+        "multi_label": multi_label,
         "seed": seed,
         "output_bias": _CLOSING_JSON_BIAS,
         "steady": _STEADY,
@@ -320,6 +324,7 @@ def build_test_model(
         config.num_labels = num_labels
         config.id2label = {i: f"LABEL_{i}" for i in range(num_labels)}
         config.label2id = {v: k for k, v in config.id2label.items()}
+        config.problem_type = "multi_label_classification" if multi_label else "single_label_classification"
         model = Qwen3ForSequenceClassification(config)
     if num_labels is None:
         _bias_towards_closing_json(model, tokenizer)

@@ -69,6 +69,8 @@ class FakeVLLM:
     logprob_token_ids: bool = True
     #: classes of the served head (``/classify``); None: not a pooling model
     head_classes: int | None = None
+    #: the head is multi-label: a sigmoid per class instead of a softmax over them
+    head_sigmoid: bool = False
     #: prompts containing this make the whole completions request fail with HTTP 400
     poison: str = "POISON"
     requests: list[Recorded] = field(default_factory=list)
@@ -156,7 +158,8 @@ class FakeVLLM:
             return self._json({"error": {"message": "not a pooling model"}}, 400)
         data = []
         for index, item in enumerate(body["input"]):
-            probs = softmax([logit(item, k) for k in range(self.head_classes)])
+            logits = [logit(item, k) for k in range(self.head_classes)]
+            probs = [1 / (1 + math.exp(5 - x)) for x in logits] if self.head_sigmoid else softmax(logits)
             data.append({"index": index, "label": "LABEL_0", "probs": probs, "num_classes": self.head_classes})
         return self._json({"object": "list", "data": data})
 

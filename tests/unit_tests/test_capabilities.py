@@ -1,0 +1,318 @@
+"""Multi-label, few-shot examples, hierarchies, dedup, caches, the Runnable protocol, save and
+load, and argument checking, against the canned vLLM (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.example_selectors import BaseExampleSelector
+from langchain_core.runnables import RunnableLambda, RunnableParallel
+
+from langchain_qwen_fast import Classification, InvalidInputError, QwenClassifier, QwenFastError
+from langchain_qwen_fast.caches import InMemoryCache, SQLiteCache
+from langchain_qwen_fast.prompting import PROMPT_SUFFIX
+from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
+from tests.unit_tests.fake_vllm import FakeVLLM, logit, softmax, toy_tokenize
+
+LABELS = list(AG_NEWS_LABELS)
+URL = "http://vllm.test/v1"
+
+
+def make(fake: FakeVLLM, **kwargs: Any) -> QwenClassifier:
+    settings: dict[str, Any] = {"labels": LABELS, "base_url": URL, "model": "qwen3", "http_transport": fake.transport}
+    return QwenClassifier(**{**settings, **kwargs})
+
+
+def prompts_sent(fake: FakeVLLM, since: int = 0) -> list[Any]:
+    return [p for r in fake.calls("/v1/completions")[since:] for p in r.body["prompt"]]
+
+
+@pytest.fixture
+def fake() -> FakeVLLM:
+    return FakeVLLM()
+
+
+# -- multi-label --------------------------------------------------------------------------------
+def test_multi_label_scores_each_label_with_a_yes_no_step(fake: FakeVLLM) -> None:
+    classifier = make(fake, multi_label=True, threshold={"Sports": 0.9})
+    plan = classifier.prepare()
+    yes, no = toy_tokenize("yes")[0], toy_tokenize("no")[0]
+    assert plan.scoring == "yes_no" and all(s.allowed == (yes, no) for s in plan.steps)
+    text = "Stocks rally after the final"
+    result = classifier.invoke(text)
+    want = {label: softmax([logit(plan.render(text, k), yes), logit(plan.render(text, k), no)])[0]
+            for k, label in enumerate(LABELS)}  # fmt: skip
+    assert result.multi_label and result.scoring == "yes_no" and result.scores == pytest.approx(want)
+    thresholds = {"World": 0.5, "Sports": 0.9, "Business": 0.5, "Sci/Tech": 0.5}
+    assert result.labels == [x for x in LABELS if want[x] >= thresholds[x]]
+    assert result.label == (max(result.labels, key=want.__getitem__) if result.labels else None)
+
+
+def test_a_texts_label_questions_share_its_prefix_and_request(fake: FakeVLLM) -> None:
+    classifier = make(fake, multi_label=True, batch_size=64)
+    classifier.prepare()
+    before = len(fake.calls("/v1/completions"))
+    classifier.batch(["first text", "second text"])
+    (request,) = fake.calls("/v1/completions")[before:]  # 2 texts x 4 labels: one request
+    prompts = request.body["prompt"]
+    assert len(prompts) == 8
+    for text, group in (("first text", prompts[:4]), ("second text", prompts[4:])):
+        shared = classifier.prepare().head + "<|im_start|>user\n" + text
+        assert all(p.startswith(shared) for p in group)  # instructions and text first, question last
+        assert [p[len(shared) :] for p in group] == [classifier.prepare().label_set.question(x) for x in LABELS]
+
+
+def test_multi_label_head_keeps_sigmoid_probabilities(fake: FakeVLLM) -> None:
+    fake.head_classes, fake.head_sigmoid = 4, True
+    result = make(fake, mode="head", multi_label=True).invoke("x")
+    want = [1 / (1 + __import__("math").exp(5 - logit("x", k))) for k in range(4)]
+    assert result.scores is not None and list(result.scores.values()) == pytest.approx(want)
+    assert result.labels == [x for x, p in zip(LABELS, want) if p >= 0.5]
+
+
+def test_head_kind_must_match_multi_label(fake: FakeVLLM) -> None:
+    fake.head_classes = 4  # softmax
+    with pytest.raises(QwenFastError, match=r"single-label \(softmax\) head; use multi_label=False"):
+        make(fake, mode="head", multi_label=True).invoke("x")
+    sigmoid = FakeVLLM(head_classes=4, head_sigmoid=True)
+    with pytest.raises(QwenFastError, match="multi_label=True"):
+        make(sigmoid, mode="head").invoke("x")
+
+
+def test_thresholds_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"within 0\.\.1"):
+        QwenClassifier(labels=LABELS, multi_label=True, threshold=1.5)
+    with pytest.raises(ValueError, match="unknown labels: \\['Weather'\\]"):
+        QwenClassifier(labels=LABELS, multi_label=True, threshold={"Weather": 0.3})
+
+
+# -- few-shot -----------------------------------------------------------------------------------
+def test_static_examples_sit_in_the_shared_head(fake: FakeVLLM) -> None:
+    examples = [("Late goal wins the cup", "Sports"), ("Shares slide", "Business")]
+    classifier = make(fake, examples=examples)
+    classifier.batch(["one", "two"])
+    prompts = prompts_sent(fake, 1)
+    head = classifier.prepare().head
+    assert all(p.startswith(head) for p in prompts)
+    assert head.count("<|im_start|>assistant\nSports<|im_end|>") == 1 and "Shares slide" in head
+
+
+class FirstWordSelector(BaseExampleSelector):
+    """Picks the examples that share the input's first word."""
+
+    def __init__(self, examples: list[dict[str, str]]) -> None:
+        self.examples = examples
+
+    def add_example(self, example: dict[str, str]) -> None:
+        self.examples.append(example)
+
+    def select_examples(self, input_variables: dict[str, str]) -> list[dict[str, str]]:
+        first = input_variables["text"].split()[0]
+        return [e for e in self.examples if e["text"].split()[0] == first]
+
+
+async def test_selected_examples_follow_the_head_in_sync_and_async(fake: FakeVLLM) -> None:
+    selector = FirstWordSelector([{"text": "Stocks fall", "label": "Business"}, {"text": "Goal!", "label": "Sports"}])
+    classifier = make(fake, example_selector=selector)
+    head = classifier.prepare().head
+    sync = classifier.invoke("Stocks rise")
+    assert prompts_sent(fake)[-1].startswith(
+        head + "<|im_start|>user\nStocks fall<|im_end|>\n<|im_start|>assistant\nBusiness"
+    )
+    asynchronous = await classifier.ainvoke("Stocks rise")
+    assert sync == asynchronous
+    classifier.invoke("Weather today")
+    assert prompts_sent(fake)[-1].startswith(head + "<|im_start|>user\nWeather today")
+
+
+def test_an_example_with_an_unknown_label_is_refused() -> None:
+    with pytest.raises(ValueError, match="lacks: \\['Weather'\\]"):
+        QwenClassifier(labels=LABELS, examples=[("rain", "Weather")])
+
+
+# -- hierarchy ----------------------------------------------------------------------------------
+def test_hierarchical_labels_return_the_path_and_each_levels_scores(fake: FakeVLLM) -> None:
+    tree = {"Sports": ["Football", "Tennis"], "Business": ["Markets", "Deals"], "World": []}
+    classifier = make(fake, labels=tree)
+    texts = headlines(30)
+    results = classifier.batch(texts)
+    top = make(FakeVLLM(), labels=["Sports", "Business", "World"]).batch(texts)
+    for text, result, first in zip(texts, results, top):
+        assert result.path is not None and result.path[0] == first.label
+        assert result.path_scores is not None and result.path_scores[0] == first.scores
+        if first.label == "World":
+            assert result.path == ["World"] and result.label == "World"
+            continue
+        children = tree[first.label]  # type: ignore[index]
+        second = make(FakeVLLM(), labels=children).invoke(text)
+        assert result.label == second.label and result.path == [first.label, second.label]
+        assert result.path_scores[1] == second.scores and result.scores == second.scores
+    assert classifier.label_names == ["Sports", "Business", "World", "Football", "Tennis", "Markets", "Deals"]
+
+
+def test_hierarchy_rules() -> None:
+    with pytest.raises(ValueError, match="distinct across the hierarchy"):
+        QwenClassifier(labels={"A": ["x", "y"], "B": ["x", "z"]})
+    with pytest.raises(ValueError, match="single-label"):
+        QwenClassifier(labels={"A": ["x", "y"], "B": ["w", "z"]}, multi_label=True)
+
+
+# -- dedup and cache ----------------------------------------------------------------------------
+def test_identical_texts_are_sent_once_and_answered_everywhere(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    classifier.prepare()
+    texts = ["same", "other", "same", {"text": "same"}, "other", ""]
+    results = classifier.batch(texts, return_exceptions=True)
+    assert len(prompts_sent(fake, 1)) == 2
+    assert results[0] == results[2] == results[3] and results[1] == results[4]
+    assert isinstance(results[5], InvalidInputError)
+
+
+def test_cache_hits_never_touch_the_network(fake: FakeVLLM) -> None:
+    cache = InMemoryCache()
+    classifier = make(fake, cache=cache)
+    first = classifier.batch(["a", "b", "c"])
+    sent = len(fake.requests)
+    assert classifier.batch(["c", "a", "b"]) == [first[2], first[0], first[1]]
+    assert len(fake.requests) == sent and (cache.hits, cache.misses) == (3, 3)
+    classifier.invoke("d")
+    assert len(fake.requests) == sent + 1 and cache.misses == 4
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"labels": ["World", "Sports", "Business", "Science"]},
+        {"label_descriptions": {"World": "international news"}},
+        {"instructions": "Pick the topic."},
+        {"examples": [("Goal!", "Sports")]},
+        {"model": "qwen3-b"},
+        {"base_url": "http://other.test/v1"},
+        {"abstain_below": 0.3},
+    ],
+)
+def test_every_key_part_changes_the_cache_key(change: dict[str, Any]) -> None:
+    cache = InMemoryCache()
+    fake = FakeVLLM(models={"qwen3": 512, "qwen3-b": 512})
+    make(fake, cache=cache).invoke("a text")
+    make(fake, cache=cache, **change).invoke("a text")
+    assert (cache.hits, cache.misses) == (0, 2)
+    make(fake, cache=cache, **change).invoke("a text")
+    assert cache.hits == 1
+
+
+def test_sqlite_cache_persists_across_classifiers(fake: FakeVLLM, tmp_path: Path) -> None:
+    path = tmp_path / "labels.db"
+    first = make(fake, cache=SQLiteCache(path)).invoke("persist me")
+    before = len(fake.calls("/v1/completions"))
+    again = make(fake, cache=SQLiteCache(path))
+    assert again.invoke("persist me") == first
+    since = fake.calls("/v1/completions")[before:]
+    assert len(since) == 1 and "persist me" not in json.dumps(since[0].body)  # the set-up probe only
+    assert len(SQLiteCache(path)) == 1
+
+
+def test_in_memory_cache_evicts_the_least_recently_used() -> None:
+    cache = InMemoryCache(maxsize=2)
+    cache.update({"a": {"x": 1}, "b": {"x": 2}})
+    cache.lookup(["a"])
+    cache.update({"c": {"x": 3}})
+    assert set(cache.lookup(["a", "b", "c"])) == {"a", "c"} and len(cache) == 2
+
+
+# -- the Runnable protocol ----------------------------------------------------------------------
+def test_batch_as_completed_keeps_grouping_and_yields_every_item(fake: FakeVLLM) -> None:
+    classifier = make(fake, batch_size=10)
+    classifier.prepare()
+    before = len(fake.calls("/v1/completions"))
+    texts = headlines(45)
+    got = dict(classifier.batch_as_completed([*texts, ""], return_exceptions=True))
+    assert sorted(got) == list(range(46)) and isinstance(got[45], InvalidInputError)
+    assert [got[i] for i in range(45)] == classifier.batch(texts)
+    assert len(fake.calls("/v1/completions")) - before == 5 + 5  # 5 groups each time
+
+
+async def test_abatch_as_completed(fake: FakeVLLM) -> None:
+    classifier = make(fake, batch_size=10)
+    texts = headlines(25)
+    got = {i: r async for i, r in classifier.abatch_as_completed(texts)}
+    assert [got[i] for i in range(25)] == await classifier.abatch(texts)
+    with pytest.raises(InvalidInputError):
+        async for _ in classifier.abatch_as_completed(["fine", ""]):
+            pass
+
+
+async def test_protocol_stream_map_retry_fallbacks_parallel_schemas(fake: FakeVLLM) -> None:
+    classifier = make(fake, batch_size=50)
+    one = classifier.invoke("x")
+    assert list(classifier.stream("x")) == [one]
+    assert [c async for c in classifier.astream("x")] == [one]
+    before = len(fake.calls("/v1/completions"))
+    assert classifier.map().invoke(["x", "y", "z"])[0] == one
+    assert len(fake.calls("/v1/completions")) == before + 1  # map hands over the list: one request
+    assert classifier.with_retry(stop_after_attempt=2).batch(["x", "y"])[0] == one
+    broken = make(FakeVLLM(models={"other": 512}))
+    assert broken.with_fallbacks([classifier]).invoke("x") == one
+    both = RunnableParallel(label=classifier | RunnableLambda(lambda r: r.label), raw=classifier)
+    assert both.invoke("x") == {"label": one.label, "raw": one}
+    named = classifier.with_config(run_name="topic")
+    events = [e async for e in named.astream_events("x", version="v2")]
+    assert {e["name"] for e in events} == {"topic"} and events[-1]["data"]["output"] == one
+    assert "Classification" in json.dumps(classifier.get_output_jsonschema())
+    assert classifier.get_input_jsonschema()
+    assert len(classifier.get_graph().nodes) == 3
+
+
+# -- save, load and arguments ---------------------------------------------------------------------
+def test_save_and_load_round_trip_without_the_key(fake: FakeVLLM, tmp_path: Path) -> None:
+    classifier = make(
+        fake,
+        label_descriptions={"World": "international"},
+        instructions="Pick one.",
+        examples=[("Goal!", "Sports")],
+        abstain_below=0.2,
+        batch_size=16,
+        api_key="sk-never-saved",
+        base_url=[URL, "http://b.test/v1"],
+    )
+    path = classifier.save(tmp_path)
+    assert "sk-never-saved" not in path.read_text()
+    loaded = QwenClassifier.load(tmp_path, http_transport=fake.transport, api_key="sk-again")
+    assert loaded.model_dump(exclude={"api_key", "http_transport", "cache", "example_selector"}) == (
+        classifier.model_dump(exclude={"api_key", "http_transport", "cache", "example_selector"})
+    )
+    assert loaded.invoke("Goal!") == classifier.invoke("Goal!")
+    multi = make(fake, multi_label=True, threshold={"Sports": 0.7})
+    assert QwenClassifier.load(multi.save(tmp_path / "m.json")).threshold == {"Sports": 0.7}
+
+
+def test_load_refuses_other_files(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text('{"format": "something-else"}')
+    with pytest.raises(ValueError, match="not a saved QwenClassifier"):
+        QwenClassifier.load(tmp_path / "x.json")
+    with pytest.raises(ValueError, match="cannot read"):
+        QwenClassifier.load(tmp_path / "missing.json")
+
+
+def test_unknown_arguments_name_the_nearest_valid_one() -> None:
+    with pytest.raises(ValueError, match=r"'batchsize' \(did you mean 'batch_size'\?\)"):
+        QwenClassifier(labels=LABELS, batchsize=128)
+    with pytest.raises(ValueError, match=r"'wibble'"):
+        QwenClassifier(labels=LABELS, wibble=1)
+
+
+def test_classification_json_round_trip() -> None:
+    result = Classification(label="a", labels=["a"], scores={"a": 1.0, "b": 0.0}, scoring="label_tokens")
+    assert Classification.model_validate_json(result.model_dump_json()) == result
+
+
+def test_sequences_prompt_ends_with_the_label_tokens_so_far(fake: FakeVLLM) -> None:
+    classifier = make(fake, labels=["Sci/Tech", "Sci-Fi", "Sports"])
+    plan = classifier.prepare()
+    node = next(k for k, s in enumerate(plan.steps) if s.path_text == "Sci/")
+    assert plan.render("t", node).endswith(PROMPT_SUFFIX + "Sci/")
+    asyncio.run(classifier.ainvoke("t"))
