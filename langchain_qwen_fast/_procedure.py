@@ -116,6 +116,12 @@ class Procedure:
         counts = yield from self._tokenize([head, *distinct_tails])
         tail_tokens = dict(zip(distinct_tails, map(len, counts[1:]), strict=True))
         overhead = len(counts[0]) + max(tail_tokens[s.tail] + len(s.path) for s in steps)
+        if max_model_len and overhead + max_tokens >= max_model_len:
+            raise QwenFastError(
+                f"the prompt's fixed part (instructions, {len(labels.labels)} labels, examples) takes {overhead} "
+                f"tokens, leaving no room in the server's context of {max_model_len}; serve the model with a "
+                "longer --max-model-len, or shorten the labels, descriptions or examples"
+            )
         plan = ClassifierPlan(
             label_set=labels,
             scoring=scoring,

@@ -37,7 +37,8 @@ def server_url(tiny_model: Path) -> Iterator[str]:
         return
     log = ROOT / "out" / "test-server.log"
     log.parent.mkdir(exist_ok=True)
-    with VLLMServer(tiny_model, profile="cpu", log_path=log) as server:
+    # A 4,096-token context: room for a 200-label prompt.
+    with VLLMServer(tiny_model, profile="cpu", log_path=log, max_model_len=4096) as server:
         _startup_seconds.append(server.startup_seconds)
         yield server.base_url
 
@@ -54,6 +55,22 @@ def head_server_url() -> Iterator[str]:
     log = ROOT / "out" / "test-head-server.log"
     log.parent.mkdir(exist_ok=True)
     with VLLMServer(model, profile="cpu", served_model_name="qwen3-cls", log_path=log) as server:
+        _startup_seconds.append(server.startup_seconds)
+        yield server.base_url
+
+
+@pytest.fixture(scope="session")
+def multi_head_server_url() -> Iterator[str]:
+    """A third real server: a tiny random multi-label (sigmoid) Qwen3ForSequenceClassification
+    with 4 classes, served as ``qwen3-multi``. ``QWEN_FAST_TEST_MULTI_URL`` reuses a running one."""
+    given = os.environ.get("QWEN_FAST_TEST_MULTI_URL")
+    if given:
+        yield given
+        return
+    model = build_test_model(ROOT / ".models" / "qwen3-tiny-multi", "tiny", num_labels=4, multi_label=True)
+    log = ROOT / "out" / "test-multi-head-server.log"
+    log.parent.mkdir(exist_ok=True)
+    with VLLMServer(model, profile="cpu", served_model_name="qwen3-multi", log_path=log) as server:
         _startup_seconds.append(server.startup_seconds)
         yield server.base_url
 

@@ -260,18 +260,18 @@ def test_text_longer_than_context_is_rejected(proxy: FaultProxy) -> None:
     classifier.invoke("warm up")
     before = len(proxy.calls("/v1/completions"))
     with pytest.raises(ContextLengthError, match="tokens") as info:
-        classifier.invoke("word " * 2000)
+        classifier.invoke("word " * 5000)
     assert info.value.tokens > info.value.limit
     assert len(proxy.calls("/v1/completions")) == before
     # A long text that does fit is classified (counted exactly, not guessed from its length).
-    fits = "ab " * 150  # ~450 bytes, well under 470 tokens
+    fits = "ab " * 1500  # 4,500 bytes: over the budget in bytes, under it in tokens
     assert_valid(classifier.invoke(fits))
 
 
 def test_batch_with_bad_items_keeps_the_rest_in_order(classifier: QwenClassifier, news_texts: list[str]) -> None:
     good = many(news_texts, 40)
     inputs: list[Any] = list(good)
-    bad_at = {3: "", 10: None, 11: "word " * 2000, 25: b"x", 39: "   "}
+    bad_at = {3: "", 10: None, 11: "word " * 5000, 25: b"x", 39: "   "}
     for i, value in bad_at.items():
         inputs[i] = value
     results = classifier.batch(inputs, return_exceptions=True)
@@ -499,9 +499,9 @@ def test_token_id_prompts_check_length_without_asking_the_server(proxy: FaultPro
     classifier = make(proxy.base_url, tokenizer_path=str(tiny_model))
     classifier.invoke("warm up")
     before = len(proxy.requests)
-    results = classifier.batch(["word " * 2000, "ab " * 150, "fine"], return_exceptions=True)
-    # 2,000 words and the user turn's opening (3 tokens)
-    assert isinstance(results[0], ContextLengthError) and 2003 <= results[0].tokens <= 2004
+    results = classifier.batch(["word " * 5000, "ab " * 150, "fine"], return_exceptions=True)
+    # 5,000 words and the user turn's opening (3 tokens)
+    assert isinstance(results[0], ContextLengthError) and 5003 <= results[0].tokens <= 5004
     assert_valid(results[1]) and assert_valid(results[2])
     sent = proxy.requests[before:]
     assert [c.path for c in sent] == ["/v1/completions"]  # no /tokenize, one request
