@@ -294,6 +294,52 @@ def _classifier_runs(
     ]
 
 
+def run_capabilities(
+    base_url: str, model: str, tokenizer: str | None, texts: list[str], rounds: int = 2
+) -> tuple[list[PathResult], dict[str, float]]:
+    """``QwenClassifier.abatch`` with each capability against zero-shot single-label, on the same
+    server and texts: multi-label with 4 labels, 8 static examples, an example selector (a
+    semantic-similarity selector over the 8 examples, k=2), 40 labels scored as sequences.
+    Paths alternate over ``rounds`` and each keeps its best round. Returns the rows and the
+    ratios of each path's time to the zero-shot one's."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.example_selectors import SemanticSimilarityExampleSelector
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.samples import SAMPLE_EXAMPLES
+
+    selector = SemanticSimilarityExampleSelector.from_examples(
+        [{"text": t, "label": label} for t, label in SAMPLE_EXAMPLES],
+        DeterministicFakeEmbedding(size=64),
+        InMemoryVectorStore,
+        k=2,
+    )
+    common: dict[str, Any] = {"base_url": base_url, "model": model, "tokenizer_path": tokenizer}
+    variants: dict[str, Any] = {
+        "zero-shot, 4 labels": QwenClassifier(labels=LABELS, **common),
+        "multi-label, 4 labels": QwenClassifier(labels=LABELS, multi_label=True, **common),
+        "8 static examples": QwenClassifier(labels=LABELS, examples=list(SAMPLE_EXAMPLES), **common),
+        "example selector (k=2)": QwenClassifier(labels=LABELS, example_selector=selector, **common),
+        "40 labels (label sequences)": QwenClassifier(labels=[f"Topic {i}" for i in range(40)], **common),
+    }
+    best: dict[str, PathResult] = {}
+    for classifier in variants.values():
+        classifier.invoke("warm-up")
+    for _ in range(rounds):
+        for name, classifier in variants.items():
+
+            def run(c: Any = classifier) -> Any:
+                return asyncio.run(c.abatch(texts))
+
+            result = _timed(f"QwenClassifier.abatch, {name}", len(texts), run)
+            if name not in best or result.seconds < best[name].seconds:
+                best[name] = result
+    base = best["zero-shot, 4 labels"].seconds
+    ratios = {f"{name} / zero-shot (time)": round(r.seconds / base, 3) for name, r in best.items()}
+    return list(best.values()), ratios
+
+
 def run_replicas(
     urls: list[str], model: str, tokenizer: str | None, texts: list[str], invoke_texts: list[str]
 ) -> list[PathResult]:
@@ -525,6 +571,11 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--out", default="out/benchmark", help="folder for results.json and chart.png")
     parser.add_argument("--label", default="", help="free text naming the machine/model, kept in the JSON")
     parser.add_argument("--sweep", action="store_true", help="also sweep batch_size × max_concurrency")
+    parser.add_argument(
+        "--capabilities",
+        action="store_true",
+        help="also time multi-label, few-shot examples, an example selector and 40 labels against zero-shot",
+    )
     parser.add_argument("--gpu-sample", action="store_true", help="sample GPU utilisation and memory per path")
     parser.add_argument(
         "--offline-ceiling", action="store_true", help="also run vLLM's offline engine (needs --start-server)"
@@ -559,6 +610,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         results += run_batches(
             objects, news_items(args.items), news_items(args.chat_items or args.items), args.concurrency
         )
+        capability_ratios: dict[str, float] = {}
+        if args.capabilities:
+            capability_rows, capability_ratios = run_capabilities(
+                url, args.model, args.tokenizer, news_items(args.items)
+            )
+            results += capability_rows
         urls = [url]
         if args.replicas > 1 and args.start_server:
             urls += [servers.enter_context(_server(args, f"server-{k}")) for k in range(1, args.replicas)]
@@ -591,6 +648,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "QwenClassifier.invoke p50 - raw HTTP p50 (ms)": _p50_gap(ours, raw),
         "LCEL p50 - ChatOpenAI.invoke p50 (ms)": _p50_gap(by_name["LCEL prompt | ChatOpenAI"], chat_invoke),
         "LLMChain p50 - ChatOpenAI.invoke p50 (ms)": _p50_gap(by_name["LLMChain(ChatOpenAI)"], chat_invoke),
+        **capability_ratios,
     }
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),

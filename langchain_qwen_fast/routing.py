@@ -32,6 +32,10 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
     no branch, that abstained, or whose classification failed go to ``default``; nothing is
     dropped. ``batch``/``abatch`` classify the whole batch in grouped requests first, then run
     each branch once over its share, keeping input order.
+
+    Under a multi-label classifier an input goes to the branch of every chosen label, and its
+    output is a dict of each branch's output by label (``{"default": ...}`` when no chosen label
+    has a branch).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -43,14 +47,20 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
     default: Runnable
     """Branch for unknown, abstained and failed classifications."""
 
-    def _decide(self, result: Any) -> tuple[Runnable, dict[str, Any]]:
+    def _decide(self, result: Any) -> list[tuple[str, Runnable, dict[str, Any]]]:
+        """(route name, branch, metadata) for each branch the input goes to."""
         if isinstance(result, Exception):
-            return self.default, {ROUTE_LABEL: None, ROUTE_ERROR: f"{type(result).__name__}: {result}"}
+            meta = {ROUTE_LABEL: None, ROUTE_ERROR: f"{type(result).__name__}: {result}"}
+            return [("default", self.default, meta)]
         if not isinstance(result, Classification):
             raise TypeError(f"the classifier returned {type(result).__name__}, not a Classification")
-        meta = {ROUTE_LABEL: result.label, ROUTE_SCORES: result.scores}
-        branch = self.routes.get(result.label) if result.label is not None else None
-        return (branch or self.default), meta
+        chosen = result.labels if result.multi_label else [result.label] if result.label is not None else []
+        routed = [
+            (label, self.routes[label], {ROUTE_LABEL: label, ROUTE_SCORES: result.scores})
+            for label in chosen
+            if label in self.routes
+        ]
+        return routed or [("default", self.default, {ROUTE_LABEL: result.label, ROUTE_SCORES: result.scores})]
 
     def _plan(
         self,
@@ -58,19 +68,29 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         results: list[Any],
         run_managers: Sequence[CallbackManagerForChainRun | AsyncCallbackManagerForChainRun],
         configs: Sequence[RunnableConfig],
-    ) -> dict[int, tuple[Runnable, list[int], list[RunnableConfig]]]:
-        """Group input positions by branch, each with the config its run gets."""
-        plan: dict[int, tuple[Runnable, list[int], list[RunnableConfig]]] = {}
+    ) -> dict[int, tuple[Runnable, list[tuple[int, str]], list[RunnableConfig]]]:
+        """Group (input position, route name) pairs by branch, each with the config its run gets."""
+        plan: dict[int, tuple[Runnable, list[tuple[int, str]], list[RunnableConfig]]] = {}
         for i, result in enumerate(results):
-            branch, meta = self._decide(result)
-            label = meta[ROUTE_LABEL]
-            config = patch_config(configs[i], callbacks=run_managers[i].get_child(f"route:{label}"))
-            config["metadata"] = {**config.get("metadata", {}), **meta}
-            config["tags"] = [*config.get("tags", []), f"route:{label if branch is not self.default else 'default'}"]
-            entry = plan.setdefault(id(branch), (branch, [], []))
-            entry[1].append(i)
-            entry[2].append(config)
+            for name, branch, meta in self._decide(result):
+                config = patch_config(configs[i], callbacks=run_managers[i].get_child(f"route:{meta[ROUTE_LABEL]}"))
+                config["metadata"] = {**config.get("metadata", {}), **meta}
+                config["tags"] = [*config.get("tags", []), f"route:{name}"]
+                entry = plan.setdefault(id(branch), (branch, [], []))
+                entry[1].append((i, name))
+                entry[2].append(config)
         return plan
+
+    @staticmethod
+    def _collect(results: list[Any], answered: list[tuple[int, str, Any]]) -> list[Any]:
+        """Each input's output: its branch's, or by route name under multi-label."""
+        outputs: list[Any] = [None] * len(results)
+        for i, name, answer in answered:
+            if isinstance(results[i], Classification) and results[i].multi_label:
+                outputs[i] = {**(outputs[i] or {}), name: answer}
+            else:
+                outputs[i] = answer
+        return outputs
 
     def _route(
         self,
@@ -80,12 +100,11 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
     ) -> list[Any]:
         classify_configs = [patch_config(c, callbacks=rm.get_child("classify")) for c, rm in zip(config, run_manager)]
         results = self.classifier.batch(inputs, classify_configs, return_exceptions=True)
-        outputs: list[Any] = [None] * len(inputs)
-        for branch, positions, configs in self._plan(inputs, results, run_manager, config).values():
-            answers = branch.batch([inputs[i] for i in positions], configs, return_exceptions=True)
-            for i, answer in zip(positions, answers):
-                outputs[i] = answer
-        return outputs
+        answered = []
+        for branch, pairs, configs in self._plan(inputs, results, run_manager, config).values():
+            answers = branch.batch([inputs[i] for i, _ in pairs], configs, return_exceptions=True)
+            answered += [(i, name, answer) for (i, name), answer in zip(pairs, answers)]
+        return self._collect(results, answered)
 
     async def _aroute(
         self,
@@ -95,12 +114,11 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
     ) -> list[Any]:
         classify_configs = [patch_config(c, callbacks=rm.get_child("classify")) for c, rm in zip(config, run_manager)]
         results = await self.classifier.abatch(inputs, classify_configs, return_exceptions=True)
-        outputs: list[Any] = [None] * len(inputs)
-        for branch, positions, configs in self._plan(inputs, results, run_manager, config).values():
-            answers = await branch.abatch([inputs[i] for i in positions], configs, return_exceptions=True)
-            for i, answer in zip(positions, answers):
-                outputs[i] = answer
-        return outputs
+        answered = []
+        for branch, pairs, configs in self._plan(inputs, results, run_manager, config).values():
+            answers = await branch.abatch([inputs[i] for i, _ in pairs], configs, return_exceptions=True)
+            answered += [(i, name, answer) for (i, name), answer in zip(pairs, answers)]
+        return self._collect(results, answered)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self.batch([input], config)[0]

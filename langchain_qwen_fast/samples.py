@@ -2,6 +2,7 @@
 
 * :data:`AG_NEWS_LABELS`: the four AG News classes, the label set of every demo.
 * :data:`SAMPLE_HEADLINES`: a few real-looking headlines, one or more per class.
+* :data:`SAMPLE_EXAMPLES`: eight labelled headlines, two per class, for few-shot prompts.
 * :func:`headlines`: short synthetic headlines, distinct, as many as asked.
 * :func:`news_items`: distinct news paragraphs of about 60 tokens (a classifier prompt of
   about 100 tokens), the benchmark's texts.
@@ -23,6 +24,18 @@ SAMPLE_HEADLINES: tuple[str, ...] = (
     "Oil giant reports record quarterly profit",
     "Rover finds signs of ancient water on Mars",
 )
+
+SAMPLE_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("Ceasefire talks resume as envoys arrive in the capital", "World"),
+    ("Parliament votes to hold an early election next spring", "World"),
+    ("Late equaliser keeps the title race open", "Sports"),
+    ("Veteran striker signs a two-year deal with the champions", "Sports"),
+    ("Central bank holds rates as inflation cools", "Business"),
+    ("Retailer's shares jump on a surprise profit", "Business"),
+    ("New battery chemistry doubles charging speed", "Sci/Tech"),
+    ("Space telescope spots water vapour on a distant planet", "Sci/Tech"),
+)
+"""Eight labelled AG News-style examples, two per class, for few-shot prompts."""
 
 _SUBJECTS = ("Stocks", "The striker", "Parliament", "A new chip", "Oil prices", "The coach", "Rebels", "NASA")
 _VERBS = ("rally after", "fall before", "surprise analysts with", "shrug off", "react to", "win")

@@ -32,6 +32,7 @@ def run_example(name: str, *args: str) -> str:
         ("router.py", "general desk   <- ''"),
         ("agent_tool.py", "tool calls: 1"),
         ("langgraph_routing.py", "triage        <- ''"),
+        ("multi_label_routing.py", "routes: {"),
     ],
 )
 def test_example_runs(server_url: str, name: str, expect: str) -> None:

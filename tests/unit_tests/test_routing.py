@@ -128,3 +128,22 @@ def test_router_classifies_the_whole_batch_at_once_and_runs_each_branch_once() -
 
 def test_invalid_input_error_is_a_value_error() -> None:
     assert issubclass(InvalidInputError, ValueError)
+
+
+def test_multi_label_router_sends_one_input_to_every_chosen_labels_branch() -> None:
+    def classify(value: Any) -> Classification:
+        text = text_of(value)
+        chosen = [k for k in LABELS if k.lower() in text.lower()]
+        scores = {k: float(k in chosen) for k in LABELS}
+        label = chosen[0] if chosen else None
+        return Classification(label=label, labels=chosen, scores=scores, scoring="yes_no", multi_label=True)
+
+    r = ClassifierRouter(
+        classifier=RunnableLambda(classify),
+        routes={"Sports": desk("sports"), "Business": desk("business")},
+        default=desk("general"),
+    )
+    both, none, one = r.batch(["Sports and Business", "weather", "sports only"])
+    assert set(both) == {"Sports", "Business"} and both["Sports"][0] == "sports" and both["Business"][0] == "business"
+    assert list(none) == ["default"] and none["default"][0] == "general"
+    assert list(one) == ["Sports"]
