@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast import vllm_api
-from langchain_qwen_fast._stats import percentile
 from langchain_qwen_fast.prompting import DEFAULT_INSTRUCTIONS
 from langchain_qwen_fast.samples import AG_NEWS_LABELS, news_items
+from langchain_qwen_fast.stats import percentile
 
 LABELS = list(AG_NEWS_LABELS)
 # The chat paths get the same instructions and label list as QwenClassifier's prompt.
@@ -56,6 +56,7 @@ class GpuSampler:
                 self.samples.append((time.perf_counter(), util, mem))
 
     def window(self, start: float, end: float) -> dict[str, float | None]:
+        """Mean utilisation and peak memory between ``start`` and ``end`` (perf_counter seconds)."""
         inside = [(u, m) for t, u, m in self.samples if start <= t <= end]
         if not inside:
             return {"gpu_util_mean_pct": None, "gpu_mem_max_mib": None}
@@ -65,11 +66,14 @@ class GpuSampler:
         }
 
     def stop(self) -> None:
+        """Stop sampling."""
         self._proc.terminate()
 
 
 @dataclass
 class PathResult:
+    """One path's measurement: items, wall and client CPU seconds, latencies, GPU and server CPU."""
+
     name: str
     kind: str  # "one-at-a-time" or "batch"
     items: int
@@ -83,12 +87,15 @@ class PathResult:
 
     @property
     def rps(self) -> float:
+        """Items per second."""
         return self.items / self.seconds
 
     def percentile(self, q: float) -> float | None:
+        """The ``q``-th latency percentile in ms (nearest rank), None without latencies."""
         return percentile(self.latencies_ms, q)
 
     def summary(self, fastest_rps: float) -> dict[str, Any]:
+        """The row reported for this path, with its ratio to ``fastest_rps``."""
         return {
             "path": self.name,
             "kind": self.kind,
@@ -215,6 +222,7 @@ IDS = ", token ids"  # suffix of the paths that send token-id prompts (tokenizer
 
 
 def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) -> list[PathResult]:
+    """Time each one-at-a-time path over ``texts``, interleaved item by item so drift hits all alike."""
     from tqdm import tqdm
 
     latencies: dict[str, list[float]] = {name: [] for name in paths}
@@ -261,6 +269,7 @@ def _timed(name: str, items: int, fn: Callable[[], Any]) -> PathResult:
 def run_batches(
     objects: dict[str, Any], texts: list[str], chat_texts: list[str], concurrency: int | None
 ) -> list[PathResult]:
+    """Time the batch paths: ChatOpenAI.batch/abatch and the classifier's batch/abatch."""
     from tqdm import tqdm
 
     chat = objects["chat"]
@@ -356,6 +365,7 @@ def run_replicas(
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table."""
     head = (
         f"| {'path':<46} | {'req/s':>8} | {'p50 ms':>7} | {'p95 ms':>7} | {'p99 ms':>7} "
         f"| {'CPU ms/req':>10} | {'× fastest':>9} | {'cores: client/API/engine':>24} |"
@@ -377,6 +387,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """A bar chart of each path's requests/s, written to ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -100,6 +100,7 @@ class ChatQwenFast(ChatOpenAI):
 
     @classmethod
     def get_lc_namespace(cls) -> list[str]:
+        """The LangChain serialisation namespace."""
         return ["langchain_qwen_fast", "chat_models"]
 
     @property

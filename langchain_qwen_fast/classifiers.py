@@ -238,6 +238,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     @classmethod
     def is_lc_serializable(cls) -> bool:
+        """Not serialisable through LangChain's ``dumpd``; use :meth:`save`."""
         return False
 
     @classmethod
@@ -393,6 +394,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     # that helper inspects the function's signature on every call (~0.1 ms), and nothing
     # runs nested inside a classification that would need the child config it sets up.
     def invoke(self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any) -> Classification:
+        """Classify one input; raises the item's error (typed, see :mod:`~langchain_qwen_fast.errors`)."""
         config = ensure_config(config)
         run = get_callback_manager_for_config(config).on_chain_start(
             None, input, name=config.get("run_name") or self.get_name(), run_id=config.pop("run_id", None)
@@ -413,6 +415,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         # At most a connection pool's worth of calls do their set-up at once: a thousand
         # simultaneous calls would otherwise run ~0.5 ms of set-up each back to back before any
         # awaited the network, holding the event loop; only the pool's worth can be in flight.
+        """Async :meth:`invoke`."""
         async with self._ainvoke_gate():
             return await self._ainvoke(input, config)
 
@@ -446,6 +449,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[Classification]:
+        """Classify ``inputs`` in grouped requests, in input order; each bad item keeps its own error
+        (raised unless ``return_exceptions``)."""
         return self._batch_with_config(self._classify, list(inputs), config, return_exceptions=return_exceptions)
 
     async def abatch(
@@ -459,6 +464,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         # Like Runnable._abatch_with_config (a run per item, same callbacks), but the per-item
         # run bookkeeping is done in slices with a yield between them: done in one go it holds
         # the event loop for ~40 µs an item, most of a second for 20,000 items.
+        """Async :meth:`batch`."""
         if not inputs:
             return []
         configs = config if isinstance(config, list) else None

@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_qwen_fast._stats import percentile
 from langchain_qwen_fast.classifiers import QwenClassifier
 from langchain_qwen_fast.samples import AG_NEWS_INDEX, AG_NEWS_LABELS
+from langchain_qwen_fast.stats import percentile
 
 NO_LABEL = "(none)"  # the prediction recorded for an abstained or failed item
 
@@ -115,6 +115,7 @@ def metrics(truth: Sequence[str], predicted: Sequence[str], labels: Sequence[str
 
 
 def plot_confusion(report: dict[str, Any], path: Path) -> None:
+    """Write the confusion matrix of ``report`` as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -131,6 +132,7 @@ def plot_confusion(report: dict[str, Any], path: Path) -> None:
 
 
 def render(report: dict[str, Any]) -> str:
+    """The report as text: counts, headline metrics, per-class scores, confusion matrix."""
     labels = report["labels"]
     width = max(len(label) for label in labels) + 2
     lines = [
@@ -151,6 +153,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``qwen-fast eval``'s evaluation; writes and returns the report."""
     labels = args.labels
     label_map = parse_label_map(args.label_map) or (AG_NEWS_INDEX if tuple(labels) == AG_NEWS_LABELS else {})
     rows = read_labelled(Path(args.path), args.text_column, args.label_column)[: args.limit]

@@ -274,6 +274,7 @@ class ClassifierPlan:
         return [self.prompt_ids(ids, step) for ids in self.encode_bodies([self.body(t) for t in texts])]
 
     def prompt_ids(self, body_ids: list[int], step: int) -> list[int]:
+        """A prompt's token ids for ``step`` from its body's ids."""
         if self.scoring == "head":
             return body_ids
         return [*self.head_ids, *body_ids, *self.steps[step].tail_ids]
@@ -320,6 +321,7 @@ class Prediction:
 
     @classmethod
     def of(cls, scores: Sequence[float]) -> Prediction:
+        """The prediction with these scores (the best label is the likeliest)."""
         return cls(max(range(len(scores)), key=scores.__getitem__), tuple(scores))
 
 

@@ -121,9 +121,11 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return self._collect(results, answered)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Route one input."""
         return self.batch([input], config)[0]
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Async :meth:`invoke`."""
         return (await self.abatch([input], config))[0]
 
     def batch(
@@ -134,6 +136,7 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[Any]:
+        """Classify every input in grouped requests, then run each branch once over its share."""
         return self._batch_with_config(self._route, inputs, config, return_exceptions=return_exceptions)
 
     async def abatch(
@@ -144,6 +147,7 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[Any]:
+        """Async :meth:`batch`."""
         return await self._abatch_with_config(self._aroute, inputs, config, return_exceptions=return_exceptions)
 
 

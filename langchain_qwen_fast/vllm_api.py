@@ -23,6 +23,7 @@ _REPLY_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 # -- /v1/models --------------------------------------------------------------------------
 def models_call() -> Call:
+    """List the served models."""
     return ("GET", "models", None)
 
 
@@ -50,6 +51,7 @@ def parse_tokenize(reply: Any) -> list[int]:
 
 
 def detokenize_call(model: str, tokens: Sequence[int]) -> Call:
+    """Turn token ids back into text."""
     return ("POST", "/detokenize", {"model": model, "tokens": list(tokens)})
 
 

@@ -224,10 +224,12 @@ class VLLMServer:
 
     @property
     def running(self) -> bool:
+        """True while the server process is alive."""
         return self._process is not None and self._process.poll() is None
 
     @property
     def pid(self) -> int | None:
+        """The server process's id (its process group's too), or None."""
         return self._process.pid if self._process else None
 
     def command(self) -> list[str]:

@@ -9,7 +9,6 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompt_values import ChatPromptValue
 
 from langchain_qwen_fast import InvalidInputError
-from langchain_qwen_fast._stats import percentile
 from langchain_qwen_fast.classification import text_of, validate_text
 from langchain_qwen_fast.prompting import (
     DEFAULT_INSTRUCTIONS,
@@ -25,6 +24,7 @@ from langchain_qwen_fast.prompting import (
     yes_probability,
 )
 from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines, news_items
+from langchain_qwen_fast.stats import percentile
 
 
 def plan(labels: LabelSet, scoring: str = "label_tokens", overhead: int = 40, max_len: int = 512) -> ClassifierPlan:
