@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# One command on a GPU host (vLLM importable, e.g. PYTHONPATH=/tmp/site:$PWD on the lent H200).
+# One command on a GPU host (vLLM importable, e.g. PYTHONPATH=/tmp/site:$PWD on the lent H200;
+# no console scripts there, so the qwen-fast command runs as `python3 -m langchain_qwen_fast.cli`).
 # Builds the random-weight Qwen3-0.6B-shaped model, then either
 #   bash server/gpu_benchmark.sh [TOKENIZER_DIR]
 #     the side-by-side comparison: the server with the GPU profile, every path (token-id paths
 #     included) with GPU sampling, then REPLICAS (default 2) servers sharing the GPU and the
-#     batch-size sweep over them; OFFLINE=1 adds vLLM's offline ceiling;
+#     batch-size sweep over them; OFFLINE=1 adds vLLM's offline ceiling, CAPABILITIES=1 the
+#     multi-label / few-shot / selector / 40-label rows, SWEEP=0 skips the sweep;
 #   FLAGS=server/gpu_flags.json bash server/gpu_benchmark.sh [TOKENIZER_DIR]
 #     one server per configuration in FLAGS, each measured briefly (latency, throughput, GPU
 #     memory, vLLM's own stage times when it keeps stats); OFFLINE=1 adds the offline ceiling.
@@ -14,14 +16,17 @@ out=${OUT:-out}/gpu-bench
 mkdir -p "$out"
 tok=${1:-}
 model=/tmp/qwen3-0.6b-random
-[ -f "$model/config.json" ] || python3 -m server.test_model --size 0.6b --out "$model" ${tok:+--tokenizer-from "$tok"}
+qwen_fast=(python3 -m langchain_qwen_fast.cli)
+[ -f "$model/config.json" ] || "${qwen_fast[@]}" build-test-model --size 0.6b --out "$model" ${tok:+--tokenizer-from "$tok"}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 label="$(head -1 "$out/gpu.txt" | cut -d, -f1), vLLM $(python3 -c 'import vllm; print(vllm.__version__)'), random Qwen3-0.6B shape"
 common=(--start-server "$model" --profile gpu --tokenizer "$model" --gpu-sample --out "$out" --label "$label"
         --items "${ITEMS:-8192}" --invoke-items "${INVOKE_ITEMS:-200}" ${OFFLINE:+--offline-ceiling})
 if [ -n "${FLAGS:-}" ]; then
-  python3 -m langchain_qwen_fast.benchmark "${common[@]}" --compare-flags "$FLAGS"
+  "${qwen_fast[@]}" bench "${common[@]}" --compare-flags "$FLAGS"
 else
-  python3 -m langchain_qwen_fast.benchmark "${common[@]}" --chat-items "${CHAT_ITEMS:-2048}" \
-    --replicas "${REPLICAS:-2}" --sweep ${SERVER_ARGS:+$SERVER_ARGS}
+  sweep=(--sweep)
+  [ "${SWEEP:-1}" = 0 ] && sweep=()
+  "${qwen_fast[@]}" bench "${common[@]}" --chat-items "${CHAT_ITEMS:-2048}" \
+    --replicas "${REPLICAS:-2}" "${sweep[@]}" ${CAPABILITIES:+--capabilities} ${SERVER_ARGS:+$SERVER_ARGS}
 fi
