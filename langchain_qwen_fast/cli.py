@@ -3,6 +3,7 @@
     qwen-fast serve --model Qwen/Qwen3-0.6B            # a vLLM server tuned for classification
     qwen-fast eval data.csv --base-url http://127.0.0.1:8000/v1
     qwen-fast bench --start-server .models/qwen3-tiny
+    qwen-fast api models/news --base-url http://127.0.0.1:8000/v1   # HTTP service
     qwen-fast build-test-model --out .models/qwen3-tiny
 
 Each subcommand's ``--help`` says more. Heavy imports (vLLM, transformers, plotting) happen
@@ -136,7 +137,7 @@ def _build_test_model(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``qwen-fast`` argument parser with every subcommand."""
-    from langchain_qwen_fast import benchmark, evaluation
+    from langchain_qwen_fast import api, benchmark, evaluation
 
     parser = argparse.ArgumentParser(
         prog="qwen-fast",
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     evaluation.add_parser(sub)
     benchmark.add_parser(sub)
+    api.add_parser(sub)
     _add_build_test_model(sub)
     return parser
 

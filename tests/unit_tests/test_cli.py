@@ -10,7 +10,7 @@ import pytest
 from langchain_qwen_fast import __version__
 from langchain_qwen_fast.cli import build_parser, main
 
-SUBCOMMANDS = ("serve", "eval", "bench", "build-test-model")
+SUBCOMMANDS = ("serve", "eval", "bench", "api", "build-test-model")
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
