@@ -210,6 +210,38 @@ def create_app(
     return app
 
 
+class BackgroundService:
+    """An app served by uvicorn on a loopback port in a thread (for tests and benchmarks):
+    ``with BackgroundService(app) as service: ... service.url``."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        if not port:
+            with socket.socket() as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+        self.url = f"http://{host}:{port}"
+        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def __enter__(self) -> "BackgroundService":
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the service did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+
 def _version() -> str:
     from langchain_qwen_fast import __version__
 

@@ -349,6 +349,196 @@ def run_capabilities(
     return list(best.values()), ratios
 
 
+def _load_test(name: str, texts: list[str], clients: int, send: Callable[[Any, str], Any]) -> PathResult:
+    """``clients`` concurrent clients, each sending one text at a time until ``texts`` are
+    done, through one aiohttp session; every request's latency is kept."""
+    import aiohttp
+
+    async def main() -> list[float]:
+        latencies: list[float] = []
+        queue = list(reversed(texts))
+        connector = aiohttp.TCPConnector(limit=clients)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def client() -> None:
+                while queue:
+                    text = queue.pop()
+                    t0 = time.perf_counter()
+                    await send(session, text)
+                    latencies.append((time.perf_counter() - t0) * 1000)
+
+            await asyncio.gather(*(client() for _ in range(clients)))
+        return latencies
+
+    before = server_cpu_seconds()
+    c0, t0 = time.process_time(), time.perf_counter()
+    latencies = asyncio.run(main())
+    t1 = time.perf_counter()
+    return PathResult(
+        name,
+        "concurrent clients",
+        len(texts),
+        t1 - t0,
+        time.process_time() - c0,
+        latencies,
+        (t0, t1),
+        server_cores=_cores(before, server_cpu_seconds(), t1 - t0),
+    )
+
+
+def run_service(
+    base_url: str, model: str, tokenizer: str | None, texts: list[str], clients: int = 256
+) -> tuple[list[PathResult], dict[str, float]]:
+    """``clients`` concurrent HTTP clients each sending one text: to ``qwen-fast api``
+    (micro-batched, in a process of its own) and, the published design, straight to vLLM one
+    request per text with the classifier's exact request; beside ``QwenClassifier.abatch`` on
+    the same texts."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import httpx
+
+    from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.server import free_port
+
+    classifier = QwenClassifier(labels=LABELS, base_url=base_url, model=model, tokenizer_path=tokenizer)
+    plan = classifier.prepare()
+    completions = base_url.rstrip("/") + "/completions"
+
+    async def to_vllm(session: Any, text: str) -> Any:
+        body = vllm_api.completions_body(plan, model, 0, [plan.render(text)])
+        async with session.post(completions, json=body) as response:
+            return (await response.json())["choices"][0]
+
+    results = [_load_test(f"{clients} clients -> vLLM, one request per text", texts, clients, to_vllm)]
+    port = free_port()
+    with tempfile.TemporaryDirectory() as saved:
+        classifier.save(saved)
+        command = [sys.executable, "-m", "langchain_qwen_fast.cli", "api", saved, "--port", str(port)]
+        service = subprocess.Popen(command)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or service.poll() is not None:
+                    raise RuntimeError("qwen-fast api did not start")
+                time.sleep(0.2)
+            classify_url = f"http://127.0.0.1:{port}/v1/classify"
+
+            async def to_service(session: Any, text: str) -> Any:
+                async with session.post(classify_url, json={"input": text}) as response:
+                    return (await response.json())["result"]
+
+            name = f"{clients} clients -> qwen-fast api (micro-batched)"
+            results.append(_load_test(name, texts, clients, to_service))
+        finally:
+            service.terminate()
+            service.wait(10)
+    results.append(
+        _timed("QwenClassifier.abatch, same texts", len(texts), lambda: asyncio.run(classifier.abatch(texts)))
+    )
+    checks = {"qwen-fast api / vLLM one request per text (req/s)": round(results[1].rps / results[0].rps, 2)}
+    return results, checks
+
+
+def compare_quantized(
+    base_url: str, quantized_url: str, model: str, tokenizer: str | None, texts: list[str], invoke_texts: list[str]
+) -> tuple[list[PathResult], dict[str, Any]]:
+    """The same classifier against a bf16 and a quantised server: throughput, one-at-a-time
+    latency, and what quantisation does to the answers (argmax agreement, mean absolute
+    difference of the label probabilities)."""
+    from langchain_qwen_fast import QwenClassifier
+
+    results: list[PathResult] = []
+    answers = {}
+    for name, url in (("bf16", base_url), ("fp8", quantized_url)):
+        classifier = QwenClassifier(labels=LABELS, base_url=url, model=model, tokenizer_path=tokenizer)
+        classifier.invoke("warm-up")
+        answers[name] = classifier.batch(texts)
+
+        def run(c: Any = classifier) -> Any:
+            return asyncio.run(c.abatch(texts))
+
+        results.append(_timed(f"QwenClassifier.abatch, token ids, {name}", len(texts), run))
+        results += run_one_at_a_time({f"QwenClassifier.invoke, token ids, {name}": classifier.invoke}, invoke_texts)
+    agree = sum(a.label == b.label for a, b in zip(answers["bf16"], answers["fp8"], strict=True)) / len(texts)
+    diffs = [
+        abs(a.scores[k] - b.scores[k])
+        for a, b in zip(answers["bf16"], answers["fp8"], strict=True)
+        if a.scores and b.scores
+        for k in a.scores
+    ]
+    checks = {
+        "fp8 vs bf16 argmax agreement": round(agree, 4),
+        "fp8 vs bf16 mean |probability difference|": round(sum(diffs) / len(diffs), 5),
+    }
+    return results, checks
+
+
+def transformers_baseline(model_dir: str, texts: list[str]) -> list[PathResult]:
+    """Hugging Face transformers on the same prompts, as the published figures were taken:
+    ``generate`` (one new token, greedy) at batch 1 and 16, and a linear head's forward pass
+    (``AutoModelForSequenceClassification``, 4 classes, a new random head) at batch 1 and 16."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from langchain_qwen_fast.prompting import PROMPT_SUFFIX, USER_OPEN, LabelSet
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    head = LabelSet.build(LABELS).render_head()
+    prompts = [head + USER_OPEN + t + PROMPT_SUFFIX for t in texts]
+    results = []
+
+    def timed(name: str, n: int, batch: int, step: Callable[[list[str]], Any]) -> PathResult:
+        step(prompts[:batch])  # warm-up
+        if device == "cuda":
+            torch.cuda.synchronize()
+        latencies = []
+        c0, t0 = time.process_time(), time.perf_counter()
+        for start in range(0, n, batch):
+            s0 = time.perf_counter()
+            step(prompts[start : start + batch])
+            if device == "cuda":
+                torch.cuda.synchronize()
+            latencies.append((time.perf_counter() - s0) * 1000)
+        t1 = time.perf_counter()
+        return PathResult(name, "batch", n, t1 - t0, time.process_time() - c0, latencies if batch == 1 else [])
+
+    models: dict[str, Any] = {"causal": AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)}
+    models["causal"] = models["causal"].to(device).eval()
+
+    def generate(batch: list[str]) -> Any:
+        encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        with torch.inference_mode():
+            return models["causal"].generate(
+                **encoded, max_new_tokens=1, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+
+    for batch, n in ((1, min(len(texts), 256)), (16, len(texts))):
+        results.append(timed(f"transformers generate, batch {batch}", n, batch, generate))
+    del models["causal"]
+    models["head"] = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=4, dtype=dtype)
+    models["head"] = models["head"].to(device).eval()
+    models["head"].config.pad_token_id = tokenizer.pad_token_id
+
+    def forward(batch: list[str]) -> Any:
+        encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        with torch.inference_mode():
+            return models["head"](**encoded).logits.softmax(-1)
+
+    for batch, n in ((1, min(len(texts), 256)), (16, len(texts))):
+        results.append(timed(f"transformers linear head, batch {batch}", n, batch, forward))
+    return results
+
+
 def run_replicas(
     urls: list[str], model: str, tokenizer: str | None, texts: list[str], invoke_texts: list[str]
 ) -> list[PathResult]:
@@ -464,7 +654,11 @@ def offline_ceiling(model_dir: str, items: int) -> list[PathResult]:
 
 @contextlib.contextmanager
 def _server(
-    args: argparse.Namespace, name: str = "server", extra: list[str] | None = None, profile: str | None = None
+    args: argparse.Namespace,
+    name: str = "server",
+    extra: list[str] | None = None,
+    profile: str | None = None,
+    quantization: str | None = None,
 ) -> Iterator[str]:
     if args.base_url:
         yield args.base_url
@@ -478,6 +672,7 @@ def _server(
         served_model_name=args.model,
         log_path=Path(args.out) / f"{name}.log",
         extra_args=[*args.server_arg, *(extra or [])],
+        quantization=quantization,
     ) as server:
         print(f"{name} ready in {server.startup_seconds:.0f} s at {server.base_url}", flush=True)
         assert server.pid is not None
@@ -583,6 +778,19 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--label", default="", help="free text naming the machine/model, kept in the JSON")
     parser.add_argument("--sweep", action="store_true", help="also sweep batch_size × max_concurrency")
     parser.add_argument(
+        "--service", action="store_true", help="also run 256 concurrent HTTP clients against qwen-fast api and vLLM"
+    )
+    parser.add_argument(
+        "--compare-quantization",
+        metavar="METHOD",
+        help="with --start-server: also start a server with --quantization METHOD (e.g. fp8) and compare",
+    )
+    parser.add_argument(
+        "--transformers-baseline",
+        action="store_true",
+        help="with --start-server: also time Hugging Face transformers (generate, linear head) on the same prompts",
+    )
+    parser.add_argument(
         "--capabilities",
         action="store_true",
         help="also time multi-label, few-shot examples, an example selector and 40 labels against zero-shot",
@@ -627,6 +835,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 url, args.model, args.tokenizer, news_items(args.items)
             )
             results += capability_rows
+        if args.service:
+            service_rows, service_checks = run_service(url, args.model, args.tokenizer, news_items(args.items))
+            results += service_rows
+            capability_ratios.update(service_checks)
+        if args.compare_quantization and args.start_server:
+            quantized = servers.enter_context(_server(args, "server-quantized", quantization=args.compare_quantization))
+            rows_q, checks_q = compare_quantized(
+                url, quantized, args.model, args.tokenizer, news_items(args.items), news_items(args.invoke_items)
+            )
+            results += rows_q
+            capability_ratios.update(checks_q)
         urls = [url]
         if args.replicas > 1 and args.start_server:
             urls += [servers.enter_context(_server(args, f"server-{k}")) for k in range(1, args.replicas)]
@@ -640,6 +859,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             )
     if args.offline_ceiling:
         results += offline_ceiling(args.start_server, args.items)
+    if args.transformers_baseline and args.start_server:
+        results += transformers_baseline(args.start_server, news_items(min(args.items, 2048)))
     if sampler is not None:
         sampler.stop()
         for r in results:

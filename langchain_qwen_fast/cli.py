@@ -47,6 +47,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default="qwen3", help="the name clients send (default: %(default)s)")
     p.add_argument("--max-model-len", type=int, default=512, help="context length (default: %(default)s)")
     p.add_argument("--api-key", help="require this bearer token (passed to vLLM through its environment)")
+    p.add_argument("--quantization", help="vLLM quantization method, e.g. fp8 on Hopper GPUs (AWQ/GPTQ: automatic)")
     p.add_argument("--log", help="server log file (default: a temporary file)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health (default: %(default)s)")
     p.add_argument("--print-command", action="store_true", help="print the vLLM command line and exit")
@@ -65,6 +66,7 @@ def _serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name,
         max_model_len=args.max_model_len,
         api_key=args.api_key,
+        quantization=args.quantization,
         extra_args=[a for a in args.vllm_args if a != "--"],
         log_path=args.log,
         startup_timeout=args.timeout,

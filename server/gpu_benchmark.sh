@@ -6,7 +6,9 @@
 #     the side-by-side comparison: the server with the GPU profile, every path (token-id paths
 #     included) with GPU sampling, then REPLICAS (default 2) servers sharing the GPU and the
 #     batch-size sweep over them; OFFLINE=1 adds vLLM's offline ceiling, CAPABILITIES=1 the
-#     multi-label / few-shot / selector / 40-label rows, SWEEP=0 skips the sweep;
+#     multi-label / few-shot / selector / 40-label rows, SERVICE=1 the HTTP service rows,
+#     QUANT=fp8 a quantised server beside the bf16 one, TRANSFORMERS=1 the transformers
+#     baseline, SWEEP=0 skips the sweep;
 #   FLAGS=server/gpu_flags.json bash server/gpu_benchmark.sh [TOKENIZER_DIR]
 #     one server per configuration in FLAGS, each measured briefly (latency, throughput, GPU
 #     memory, vLLM's own stage times when it keeps stats); OFFLINE=1 adds the offline ceiling.
@@ -28,5 +30,6 @@ else
   sweep=(--sweep)
   [ "${SWEEP:-1}" = 0 ] && sweep=()
   "${qwen_fast[@]}" bench "${common[@]}" --chat-items "${CHAT_ITEMS:-2048}" \
-    --replicas "${REPLICAS:-2}" "${sweep[@]}" ${CAPABILITIES:+--capabilities} ${SERVER_ARGS:+$SERVER_ARGS}
+    --replicas "${REPLICAS:-2}" "${sweep[@]}" ${CAPABILITIES:+--capabilities} ${SERVICE:+--service} \
+    ${QUANT:+--compare-quantization "$QUANT"} ${TRANSFORMERS:+--transformers-baseline} ${SERVER_ARGS:+$SERVER_ARGS}
 fi

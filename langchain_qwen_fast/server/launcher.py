@@ -170,6 +170,9 @@ class VLLMServer:
         served_model_name: the name clients send as ``model`` (default ``"qwen3"``).
         max_model_len: context length; short, since classification prompts are short.
         api_key: when set, the server requires it as a bearer token.
+        quantization: vLLM's ``--quantization`` method, e.g. ``"fp8"`` (dynamic FP8 weights
+            and activations on Hopper GPUs). AWQ and GPTQ checkpoints need nothing: vLLM reads
+            their ``quantization_config``.
         extra_args: more ``vllm serve`` flags, appended after the profile's.
         env: extra environment variables for the server.
         log_path: where the server's output goes (default: a temporary file).
@@ -186,6 +189,7 @@ class VLLMServer:
         served_model_name: str = "qwen3",
         max_model_len: int = 512,
         api_key: str | None = None,
+        quantization: str | None = None,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -202,7 +206,7 @@ class VLLMServer:
         self.served_model_name = served_model_name
         self.max_model_len = max_model_len
         self._api_key = api_key
-        self.extra_args = tuple(extra_args)
+        self.extra_args = (*(("--quantization", quantization) if quantization else ()), *extra_args)
         self.env = dict(env or {})
         self.startup_timeout = startup_timeout
         if log_path is None:

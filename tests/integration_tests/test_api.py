@@ -4,46 +4,20 @@ concurrent single-text clients grouped, bad input, an outage mid-load, the key, 
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.api import create_app
+from langchain_qwen_fast.api import BackgroundService, create_app
 from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
-from langchain_qwen_fast.server import free_port
 from tests.integration_tests.proxy import Fault, FaultProxy
 
 
-class Service:
-    """``create_app`` served by uvicorn on a free loopback port, in a thread."""
-
-    def __init__(self, classifier: QwenClassifier, **kwargs: Any) -> None:
-        self.port = free_port()
-        config = uvicorn.Config(create_app(classifier, **kwargs), host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Service:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the service did not start"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+def service_for(classifier: QwenClassifier, **kwargs: Any) -> BackgroundService:
+    return BackgroundService(create_app(classifier, **kwargs))
 
 
 @pytest.fixture
@@ -60,7 +34,7 @@ async def clients(url: str, texts: list[str], **kwargs: Any) -> list[httpx.Respo
 
 def test_concurrent_single_text_clients_are_grouped(proxy: FaultProxy, classifier: QwenClassifier) -> None:
     texts = headlines(64)
-    with Service(classifier, max_wait_ms=20) as service:
+    with service_for(classifier, max_wait_ms=20) as service:
         before = len(proxy.calls("/v1/completions"))
         answers = asyncio.run(clients(service.url, texts))
         requests = proxy.calls("/v1/completions")[before:]
@@ -71,7 +45,7 @@ def test_concurrent_single_text_clients_are_grouped(proxy: FaultProxy, classifie
 
 
 def test_bad_input_and_lists(classifier: QwenClassifier) -> None:
-    with Service(classifier) as service, httpx.Client(base_url=service.url) as http:
+    with service_for(classifier) as service, httpx.Client(base_url=service.url) as http:
         listed = http.post("/v1/classify", json={"input": ["Goal!", "", "Markets slide"]}).json()["results"]
         assert [("error" in r) for r in listed] == [False, True, False]
         assert listed[1]["error"]["type"] == "InvalidInputError"
@@ -85,7 +59,7 @@ def test_outage_mid_load_every_caller_gets_an_answer_or_a_clear_error(
     proxy: FaultProxy, classifier: QwenClassifier
 ) -> None:
     texts = headlines(80)
-    with Service(classifier, max_wait_ms=5, max_group=8) as service:
+    with service_for(classifier, max_wait_ms=5, max_group=8) as service:
         proxy.inject("/v1/completions", *[Fault.reset() for _ in range(6)], *[Fault.http(503) for _ in range(6)])
         answers = asyncio.run(clients(service.url, texts))
     assert len(answers) == len(texts)
@@ -103,7 +77,7 @@ def test_outage_mid_load_every_caller_gets_an_answer_or_a_clear_error(
 
 
 def test_api_key(classifier: QwenClassifier) -> None:
-    with Service(classifier, api_key="sk-api-3") as service, httpx.Client(base_url=service.url) as http:
+    with service_for(classifier, api_key="sk-api-3") as service, httpx.Client(base_url=service.url) as http:
         assert http.post("/v1/classify", json={"input": "x"}).status_code == 401
         ok = http.post("/v1/classify", json={"input": "x"}, headers={"authorization": "Bearer sk-api-3"})
         assert ok.status_code == 200 and ok.json()["result"]["label"] in AG_NEWS_LABELS
@@ -111,6 +85,6 @@ def test_api_key(classifier: QwenClassifier) -> None:
 
 def test_served_from_a_saved_configuration(classifier: QwenClassifier, tmp_path: Path) -> None:
     loaded = QwenClassifier.load(classifier.save(tmp_path))
-    with Service(loaded) as service, httpx.Client(base_url=service.url) as http:
+    with service_for(loaded) as service, httpx.Client(base_url=service.url) as http:
         answer = http.post("/v1/classify", json={"input": "Shares slide"}).json()["result"]
     assert answer["label"] == classifier.invoke("Shares slide").label

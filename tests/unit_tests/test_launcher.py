@@ -56,3 +56,9 @@ def test_drop_flags_removes_flags_with_their_values() -> None:
     assert not any("cudagraph_mode" in a for a in kept)
     assert kept[kept.index("--kv-cache-memory-bytes") + 1] == "2G"
     assert len(kept) == len(gpu) - 3
+
+
+def test_quantization_option(tmp_path: Path) -> None:
+    command = VLLMServer("m", profile="gpu", port=1, quantization="fp8", log_path=tmp_path / "l").command()
+    assert command[command.index("--quantization") + 1] == "fp8"
+    assert "--quantization" not in VLLMServer("m", profile="gpu", port=1, log_path=tmp_path / "l").command()
