@@ -12,7 +12,7 @@ import time
 from _local import add_server_args, server_url
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.samples import AG_NEWS_LABELS, SAMPLE_HEADLINES
+from langchain_qwen_fast.samples import AG_NEWS_LABELS, SAMPLE_HEADLINES, headlines
 
 
 def main() -> None:
@@ -28,10 +28,11 @@ def main() -> None:
             result = classifier.invoke(headline)
             ms = (time.perf_counter() - start) * 1000
             print(f"{result.label:<9} {result.confidence:5.2f} {ms:6.1f}  {headline}")
+        texts = headlines(300)  # distinct: identical texts would be sent once and answered everywhere
         start = time.perf_counter()
-        results = classifier.batch(SAMPLE_HEADLINES * 50)
+        results = classifier.batch(texts)
         seconds = time.perf_counter() - start
-        print(f"\nbatch of {len(results)}: {len(results) / seconds:.0f} classifications/s")
+        print(f"\nbatch of {len(results)} distinct headlines: {len(results) / seconds:.0f} classifications/s")
 
 
 if __name__ == "__main__":
