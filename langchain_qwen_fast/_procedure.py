@@ -212,7 +212,10 @@ class Procedure:
 
     # -- classification ---------------------------------------------------------------------
     def classify_steps(
-        self, inputs: Sequence[Any], plans: Mapping[Node, ClassifierPlan], examples: Sequence[str] | None = None
+        self,
+        inputs: Sequence[Any],
+        plans: Mapping[Node, ClassifierPlan],
+        examples: Sequence[str | Exception] | None = None,
     ) -> Steps[list[Any]]:
         """Classify ``inputs`` down the hierarchy; every slot ends as a Classification or an
         exception, in input order. ``examples``: each input's selected examples, rendered."""
@@ -228,7 +231,7 @@ class Procedure:
         plans: Mapping[Node, ClassifierPlan],
         node: Node,
         results: list[Any],
-        examples: Sequence[str] | None,
+        examples: Sequence[str | Exception] | None,
     ) -> Steps[None]:
         for label in plans[node].label_set.labels:
             child = (*node, label)
@@ -244,18 +247,22 @@ class Procedure:
             yield from self._descend(inputs, plans, child, results, examples)
 
     def _level_steps(
-        self, inputs: Sequence[Any], plan: ClassifierPlan, node: Node, examples: Sequence[str] | None
+        self, inputs: Sequence[Any], plan: ClassifierPlan, node: Node, examples: Sequence[str | Exception] | None
     ) -> Steps[list[Any]]:
         results: list[Any] = [None] * len(inputs)
         # Identical texts (with identical examples) are asked once and answered in every place.
         where: dict[str, list[int]] = {}
         for i, value in enumerate(inputs):
+            selected = examples[i] if examples else ""
             try:
                 text = text_of(value)
             except InvalidInputError as exc:
                 results[i] = exc
                 continue
-            where.setdefault(plan.body(text, examples[i] if examples else ""), []).append(i)
+            if isinstance(selected, Exception):
+                results[i] = selected
+                continue
+            where.setdefault(plan.body(text, selected), []).append(i)
         bodies = list(where)
         outcome: dict[str, Any] = {}
 

@@ -341,31 +341,36 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         value = first.get("max_concurrency") if isinstance(first, Mapping) else None
         return int(value or self.max_concurrency)
 
-    def _selected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str] | None:
-        """Each input's selected examples, rendered (None without a selector)."""
-        if self.example_selector is None:
+    def _selected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str | Exception] | None:
+        """Each input's selected examples, rendered, or the error selecting them raised (that
+        input's alone); None without a selector."""
+        selector = self.example_selector
+        if selector is None:
             return None
-        return [self._render_selected(plans, value, self.example_selector.select_examples) for value in inputs]
+        selected: list[str | Exception] = []
+        for value in inputs:
+            try:
+                selected.append(self._render(plans, selector.select_examples({"text": text_of(value)})))
+            except QwenFastError:
+                selected.append("")  # the input itself is invalid; its error comes from the classification
+            except Exception as exc:
+                selected.append(QwenFastError(f"the example selector failed: {type(exc).__name__}: {exc}"))
+        return selected
 
-    async def _aselected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str] | None:
-        if self.example_selector is None:
+    async def _aselected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str | Exception] | None:
+        selector = self.example_selector
+        if selector is None:
             return None
-        chosen = await asyncio.gather(*(self._aselect(value) for value in inputs))
-        return [self._render(plans, picked) for picked in chosen]
 
-    async def _aselect(self, value: Any) -> list[dict[str, Any]]:
-        assert self.example_selector is not None
-        try:
-            return await self.example_selector.aselect_examples({"text": text_of(value)})
-        except QwenFastError:
-            return []  # the input itself is invalid; its error comes from the classification
+        async def one(value: Any) -> str | Exception:
+            try:
+                return self._render(plans, await selector.aselect_examples({"text": text_of(value)}))
+            except QwenFastError:
+                return ""
+            except Exception as exc:
+                return QwenFastError(f"the example selector failed: {type(exc).__name__}: {exc}")
 
-    def _render_selected(self, plans: Mapping[Node, ClassifierPlan], value: Any, select: Any) -> str:
-        try:
-            picked = select({"text": text_of(value)})
-        except QwenFastError:
-            return ""
-        return self._render(plans, picked)
+        return list(await asyncio.gather(*(one(value) for value in inputs)))
 
     def _render(self, plans: Mapping[Node, ClassifierPlan], picked: Sequence[Any]) -> str:
         label_set = plans[()].label_set

@@ -129,6 +129,29 @@ async def test_selected_examples_follow_the_head_in_sync_and_async(fake: FakeVLL
     assert prompts_sent(fake)[-1].startswith(head + "<|im_start|>user\nWeather today")
 
 
+class FlakySelector(FirstWordSelector):
+    """Fails for texts that start with "boom", and picks an unknown label for "weird"."""
+
+    def select_examples(self, input_variables: dict[str, str]) -> list[dict[str, str]]:
+        if input_variables["text"].startswith("boom"):
+            raise RuntimeError("vector store down")
+        if input_variables["text"].startswith("weird"):
+            return [{"text": "x", "label": "Weather"}]
+        return super().select_examples(input_variables)
+
+
+async def test_a_failing_selection_fails_only_its_item(fake: FakeVLLM) -> None:
+    classifier = make(fake, example_selector=FlakySelector([{"text": "Stocks fall", "label": "Business"}]))
+    inputs = ["Stocks rise", "boom goes the market", "weird one", "Goal!"]
+    for results in (
+        classifier.batch(inputs, return_exceptions=True),
+        await classifier.abatch(inputs, return_exceptions=True),
+    ):
+        assert isinstance(results[0], Classification) and isinstance(results[3], Classification)
+        assert isinstance(results[1], QwenFastError) and "vector store down" in str(results[1])
+        assert isinstance(results[2], QwenFastError) and "Weather" in str(results[2])
+
+
 def test_an_example_with_an_unknown_label_is_refused() -> None:
     with pytest.raises(ValueError, match="lacks: \\['Weather'\\]"):
         QwenClassifier(labels=LABELS, examples=[("rain", "Weather")])
