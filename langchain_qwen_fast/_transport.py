@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import itertools
+import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -118,12 +119,52 @@ def _translate(exc: httpx.HTTPError, path: str) -> TransportError:
     return ServerConnectionError(f"talking to the server at {path} failed: {type(exc).__name__}: {exc}")
 
 
+class Replicas:
+    """Which replica each try goes to: among the replicas not resting, the one with the fewest
+    requests outstanding (ties go round in turn), never one this request already tried while
+    another is left. A replica whose connection fails rests ``cooldown`` seconds, then takes
+    traffic again (if every replica rests, they are tried anyway: nothing waits on a timer).
+    """
+
+    def __init__(self, count: int, cooldown: float = 5.0) -> None:
+        self.count = count
+        self.cooldown = cooldown
+        self.outstanding = [0] * count
+        self._resting_until = [0.0] * count
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+
+    def acquire(self, tried: set[int]) -> int:
+        """The replica for the next try, counted as outstanding until :meth:`release`."""
+        if self.count == 1:
+            return 0
+        now = time.monotonic()
+        with self._lock:
+            fresh = [k for k in range(self.count) if k not in tried] or list(range(self.count))
+            awake = [k for k in fresh if self._resting_until[k] <= now] or fresh
+            start = next(self._turn)
+            chosen = min(awake, key=lambda k: (self.outstanding[k], (k - start) % self.count))
+            self.outstanding[chosen] += 1
+            return chosen
+
+    def release(self, replica: int, *, connection_failed: bool = False) -> None:
+        """The try on ``replica`` is over; a failed connection sends the replica to rest."""
+        if self.count == 1:
+            return
+        with self._lock:
+            self.outstanding[replica] -= 1
+            if connection_failed:
+                self._resting_until[replica] = time.monotonic() + self.cooldown
+
+
 class Transport:
     """HTTP to a server: a pooled sync client, a pooled async client per event loop.
 
     Given several base URLs (replicas serving the same model, e.g. two vLLM servers sharing
-    one GPU), each request, and each retry of it, goes to the next one in turn: the load is
-    spread and a replica that is down costs a retry, not the items.
+    one GPU), each try goes to the replica with the fewest requests outstanding, a retry to
+    another one, and a replica whose connection failed rests a few seconds (see
+    :class:`Replicas`): the load follows what each server answers, and a replica that is
+    down costs a retry, not the items.
 
     Args:
         base_url: the OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1``, or a list.
@@ -150,7 +191,7 @@ class Transport:
             raise ValueError("base_url: give at least one URL")
         self.base_urls = [u.rstrip("/") for u in urls]
         self.base_url = self.base_urls[0]
-        self._turn = itertools.count()
+        self.replicas = Replicas(len(self.base_urls))
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
@@ -202,15 +243,11 @@ class Transport:
             retry_after = parse_retry_after(headers.get("retry-after")) if headers is not None else None
         return retry_after if retry_after is not None else self._jitter(state)
 
-    def _urls(self, path: str) -> Iterator[str]:
-        """The URLs for a request's tries: the replica whose turn it is, then the next ones."""
-        # Paths under /v1 are relative to base_url; server routes (/tokenize, /version)
-        # start with "/" and hang off the root. next() on a count is atomic under the GIL.
-        bases = self.base_urls
-        start = next(self._turn) if len(bases) > 1 else 0
-        for k in itertools.count(start):
-            base = bases[k % len(bases)]
-            yield base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}"
+    def _url(self, replica: int, path: str) -> str:
+        # Paths under /v1 are relative to base_url; server routes (/tokenize, /classify)
+        # start with "/" and hang off the root.
+        base = self.base_urls[replica]
+        return base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}"
 
     # -- sync ---------------------------------------------------------------------------
     @property
@@ -222,17 +259,21 @@ class Transport:
             )
         return self._client
 
-    def _send(self, method: str, path: str, urls: Iterator[str], content: bytes | None) -> Any:
+    def _send(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
+        replica = self.replicas.acquire(tried)
+        tried.add(replica)
         try:
-            response = self.client.request(method, next(urls), content=content)
+            response = self.client.request(method, self._url(replica, path), content=content)
         except httpx.HTTPError as exc:
+            self.replicas.release(replica, connection_failed=not isinstance(exc, httpx.TimeoutException))
             raise _translate(exc, path) from None
+        self.replicas.release(replica)
         return _decode(response, path)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One request, retried per the policy; returns the decoded JSON."""
         content = None if body is None else orjson.dumps(body)
-        return self._retrying.copy()(self._send, method, path, self._urls(path), content)
+        return self._retrying.copy()(self._send, method, path, set(), content)
 
     def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         """Run ``calls`` with at most ``max_concurrency`` in flight; results in order,
@@ -265,17 +306,24 @@ class Transport:
             self._aclients[loop] = client
         return client
 
-    async def _asend(self, method: str, path: str, urls: Iterator[str], content: bytes | None) -> Any:
+    async def _asend(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
+        replica = self.replicas.acquire(tried)
+        tried.add(replica)
         try:
-            response = await self.aclient.request(method, next(urls), content=content)
+            response = await self.aclient.request(method, self._url(replica, path), content=content)
         except httpx.HTTPError as exc:
+            self.replicas.release(replica, connection_failed=not isinstance(exc, httpx.TimeoutException))
             raise _translate(exc, path) from None
+        except BaseException:  # cancelled: the try is over all the same
+            self.replicas.release(replica)
+            raise
+        self.replicas.release(replica)
         return _decode(response, path)
 
     async def arequest(self, method: str, path: str, body: Any = None) -> Any:
         """Async :meth:`request`."""
         content = None if body is None else orjson.dumps(body)
-        return await self._aretrying.copy()(self._asend, method, path, self._urls(path), content)
+        return await self._aretrying.copy()(self._asend, method, path, set(), content)
 
     async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         """Async :meth:`request_all`."""

@@ -97,7 +97,7 @@ async def test_arequest_all_bounds_concurrency() -> None:
     assert len(results) == 12 and peak == 3
 
 
-def test_replicas_rotate_and_a_retry_goes_to_the_next() -> None:
+def test_a_replica_that_refuses_costs_one_retry_then_rests() -> None:
     seen: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -107,10 +107,42 @@ def test_replicas_rotate_and_a_retry_goes_to_the_next() -> None:
         return httpx.Response(200, json={})
 
     t = transport(handler, ["http://a.test/v1", "http://b.test/v1"])
-    for _ in range(4):
+    t.replicas.cooldown = 0.5
+    for _ in range(6):
         t.request("GET", "models")
-    assert seen.count("b.test") == 4 and seen.count("a.test") == 2  # a costs one retry each time it is first
+    assert seen.count("b.test") == 6 and seen.count("a.test") == 1  # one failed try, then it rests
+    time.sleep(0.6)  # once its rest is over it takes traffic again
+    for _ in range(2):
+        t.request("GET", "models")
+    assert seen.count("a.test") == 2
     assert repr(t).startswith("Transport(base_url=[")
+
+
+def test_replicas_take_turns_when_equally_loaded() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.host)
+        return httpx.Response(200, json={})
+
+    t = transport(handler, ["http://a.test/v1", "http://b.test/v1", "http://c.test/v1"])
+    for _ in range(9):
+        t.request("GET", "models")
+    assert sorted(seen.count(h) for h in ("a.test", "b.test", "c.test")) == [3, 3, 3]
+
+
+async def test_the_replica_with_fewer_requests_outstanding_gets_more() -> None:
+    seen: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.host)
+        await asyncio.sleep(0.05 if request.url.host == "slow.test" else 0.005)
+        return httpx.Response(200, json={})
+
+    t = transport(handler, ["http://slow.test/v1", "http://fast.test/v1"])
+    await t.arequest_all([("GET", "models", None)] * 120, max_concurrency=8)
+    assert seen.count("fast.test") > 2 * seen.count("slow.test")  # round robin would split 60/60
+    assert t.replicas.outstanding == [0, 0]
 
 
 def test_root_routes_hang_off_the_server_root() -> None:
