@@ -86,7 +86,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     ``label`` or ``labels``) are rendered after the fixed part. Not saved by :meth:`save`."""
     base_url: str | list[str] = "http://127.0.0.1:8000/v1"
     """The vLLM server's OpenAI-compatible base URL, or a list of replicas serving the same
-    model (requests go to each in turn; a retry goes to the next)."""
+    model (each request goes to the one with the fewest requests outstanding; a retry to
+    another; a replica whose connection fails rests a few seconds)."""
     model: str = "qwen3"
     """The served model name."""
     mode: Literal["generate", "head"] = "generate"
