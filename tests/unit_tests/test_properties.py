@@ -98,13 +98,13 @@ def check_prediction(plan: ClassifierPlan, item: Any) -> None:
             assert math.isclose(sum(prediction.scores), 1.0, rel_tol=1e-6)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.sampled_from(PLANS), st.one_of(json_values, near_choices))
 def test_any_reply_item_gives_a_label_or_a_typed_error(plan: ClassifierPlan, item: Any) -> None:
     check_prediction(plan, item)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(PLANS), json_values)
 def test_any_reply_gives_items_or_a_typed_error(plan: ClassifierPlan, reply: Any) -> None:
     try:
@@ -115,7 +115,7 @@ def test_any_reply_gives_items_or_a_typed_error(plan: ClassifierPlan, reply: Any
         check_prediction(plan, item)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(json_values)
 def test_any_setup_reply_parses_or_raises_typed(reply: Any) -> None:
     for parse in (api.parse_models, api.parse_tokenize, api.parse_num_classes):
@@ -123,7 +123,7 @@ def test_any_setup_reply_parses_or_raises_typed(reply: Any) -> None:
             parse(reply)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.one_of(json_values, texts))
 def test_any_input_is_text_or_an_invalid_input_error(value: Any) -> None:
     try:
