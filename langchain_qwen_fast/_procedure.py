@@ -94,6 +94,7 @@ class Procedure:
         head = labels.render_head()
         scoring: Any
         paths: tuple[tuple[int, ...], ...] = ()
+        text_prompts_work = True
         end_token = None
         if labels.multi_label:
             yes_no = yield from self._tokenize(["yes", "no"])
@@ -107,11 +108,9 @@ class Procedure:
             scoring, steps, paths = plan_steps(label_tokens, end_token)
             if scoring == "label_sequences":
                 with_text = yield from self._path_texts(steps)
-                if with_text is None:  # a label prefix does not survive a round trip as text
-                    scoring, steps = "constrained_choice", (Step(PROMPT_SUFFIX),)
-                else:
-                    steps = with_text
-        max_tokens = constrained_choice_max_tokens(labels) if scoring == "constrained_choice" else 1
+                text_prompts_work = with_text is not None  # each label prefix survives a round trip as text
+                steps = with_text or steps
+        max_tokens = 1
         distinct_tails = sorted({s.tail for s in steps})
         counts = yield from self._tokenize([head, *distinct_tails])
         tail_tokens = dict(zip(distinct_tails, map(len, counts[1:]), strict=True))
@@ -130,25 +129,19 @@ class Procedure:
             max_tokens=max_tokens,
             overhead_tokens=overhead,
             max_model_len=max_model_len or overhead + 4096,
-            has_logprob_token_ids=scoring != "constrained_choice",
+            has_logprob_token_ids=True,
             label_paths=paths,
             end_token=end_token,
         )
-        if scoring == "constrained_choice":
-            return plan
+        if not text_prompts_work:
+            return _constrained_choice(plan)
         # vLLM versions differ: ask for the answer tokens' logprobs and see if they come back.
         k = vllm_api.probe_step(plan)
         probe = vllm_api.classify_call(plan, self.model, k, [plan.render("probe", k)])
         if vllm_api.probe_has_logprob_token_ids(plan, _raise_any((yield [probe]))[0]):
             return plan
         if scoring == "label_sequences":  # top-k logprobs cannot score every node's tokens
-            return dataclasses.replace(
-                plan,
-                scoring="constrained_choice",
-                steps=(Step(PROMPT_SUFFIX),),
-                max_tokens=constrained_choice_max_tokens(labels),
-                has_logprob_token_ids=False,
-            )
+            return _constrained_choice(plan)
         return dataclasses.replace(plan, has_logprob_token_ids=False)
 
     def _path_texts(self, steps: tuple[Step, ...]) -> Steps[tuple[Step, ...] | None]:
@@ -390,6 +383,17 @@ class Procedure:
             "logprob_token_ids": plan.has_logprob_token_ids,
         }
         return hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()
+
+
+def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
+    """``plan`` falling back to the server's constrained choice of a whole label (no scores)."""
+    return dataclasses.replace(
+        plan,
+        scoring="constrained_choice",
+        steps=(Step(PROMPT_SUFFIX),),
+        max_tokens=constrained_choice_max_tokens(plan.label_set),
+        has_logprob_token_ids=False,
+    )
 
 
 def _assign(plan: ClassifierPlan, reply: Any, group: list[tuple[str, int]], answers: dict[str, list[Any]]) -> None:

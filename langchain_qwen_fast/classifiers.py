@@ -39,9 +39,6 @@ _RUNS_PER_SLICE = 512
 _SAVED_FORMAT = "langchain-qwen-fast/classifier"
 _SAVED_VERSION = 1
 
-#: A label hierarchy: each label maps to its child labels (a list, or a deeper mapping).
-LabelTree = Mapping[str, "Sequence[str] | LabelTree"]
-
 
 class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """Classify text into a fixed label set with Qwen3 served by vLLM.
