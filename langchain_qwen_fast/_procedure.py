@@ -17,6 +17,7 @@ from typing import Any, Literal
 from langchain_qwen_fast import vllm_api
 from langchain_qwen_fast._transport import Steps
 from langchain_qwen_fast.caches import ClassificationCache
+from langchain_qwen_fast.calibration import apply_temperature
 from langchain_qwen_fast.classification import Classification, text_of
 from langchain_qwen_fast.errors import InvalidInputError, QwenFastError, ResponseFormatError, ServerStatusError
 from langchain_qwen_fast.prompting import (
@@ -47,6 +48,8 @@ class Rules:
     """How predictions become results: thresholds, abstention."""
 
     abstain_below: float | None = None
+    #: calibration temperature applied to the scores (1: none)
+    temperature: float = 1.0
     #: multi-label: per-label probability a label needs
     thresholds: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
@@ -355,13 +358,16 @@ class Procedure:
         if prediction.scores is None:
             label = labels[prediction.index]
             return Classification(label=label, labels=[label], scoring=scoring)
-        scores = dict(zip(labels, prediction.scores, strict=True))
+        values = prediction.scores
+        if self.rules.temperature != 1.0:
+            values = tuple(apply_temperature(values, self.rules.temperature, plan.label_set.multi_label))
+        scores = dict(zip(labels, values, strict=True))
         if plan.label_set.multi_label:
             thresholds = self.rules.thresholds
             chosen = [x for x in labels if scores[x] >= thresholds.get(x, 0.5)]
             best = max(chosen, key=scores.__getitem__) if chosen else None
             return Classification(label=best, labels=chosen, scores=scores, scoring=scoring, multi_label=True)
-        if self.rules.abstain_below is not None and max(prediction.scores) < self.rules.abstain_below:
+        if self.rules.abstain_below is not None and max(values) < self.rules.abstain_below:
             return Classification(label=None, labels=[], scores=scores, abstained=True, scoring=scoring)
         label = labels[prediction.index]
         return Classification(label=label, labels=[label], scores=scores, scoring=scoring)
@@ -379,6 +385,7 @@ class Procedure:
             "labels": list(plan.label_set.labels),
             "multi_label": plan.label_set.multi_label,
             "abstain_below": self.rules.abstain_below,
+            "temperature": self.rules.temperature,
             "thresholds": dict(sorted(self.rules.thresholds.items())),
             "logprob_token_ids": plan.has_logprob_token_ids,
         }

@@ -105,6 +105,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """Requests in flight in ``batch``/``abatch`` unless the run config sets ``max_concurrency``."""
     abstain_below: float | None = Field(default=None, gt=0, lt=1)
     """If set, a best-label probability below it gives an abstained result (label None)."""
+    temperature: float = Field(default=1.0, gt=0)
+    """Calibration temperature applied to every result's scores (fit it with ``qwen-fast eval
+    --calibrate``): single-label scores become a softmax of ``log p / temperature``, multi-label
+    ones ``sigmoid(logit(p) / temperature)``; ``abstain_below`` and ``threshold`` then apply.
+    Not a sampling temperature: the label is always read greedily."""
     tokenizer_path: str | None = None
     """The served model's tokenizer (its directory or ``tokenizer.json``). When set, prompts
     are tokenised here and sent as token ids, so the server's API process skips tokenising:
@@ -177,7 +182,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             model=self.model,
             mode=self.mode,
             batch_size=self.batch_size,
-            rules=Rules(abstain_below=self.abstain_below, thresholds=thresholds),
+            rules=Rules(abstain_below=self.abstain_below, temperature=self.temperature, thresholds=thresholds),
             label_sets=label_sets,
             tokenizer=_load_tokenizer(self.tokenizer_path) if self.tokenizer_path is not None else None,
             tokenizer_path=self.tokenizer_path,

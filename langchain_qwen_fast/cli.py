@@ -19,6 +19,10 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast.server.launcher import VLLMServer
 
 from langchain_qwen_fast import __version__
 
@@ -48,6 +52,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, default=512, help="context length (default: %(default)s)")
     p.add_argument("--api-key", help="require this bearer token (passed to vLLM through its environment)")
     p.add_argument("--quantization", help="vLLM quantization method, e.g. fp8 on Hopper GPUs (AWQ/GPTQ: automatic)")
+    p.add_argument(
+        "--lora",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="serve a LoRA adapter beside the model under NAME (repeat for several)",
+    )
     p.add_argument("--log", help="server log file (default: a temporary file)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health (default: %(default)s)")
     p.add_argument("--print-command", action="store_true", help="print the vLLM command line and exit")
@@ -56,9 +67,28 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from langchain_qwen_fast.server.launcher import ServerStartError, VLLMServer
+    adapters = {}
+    for item in args.lora:
+        name, sep, directory = item.partition("=")
+        if not sep or not name or not directory:
+            print(f"--lora takes NAME=DIR, got {item!r}", file=sys.stderr)
+            return 2
+        adapters[name] = directory
+    try:
+        server = _server(args, adapters)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.print_command:
+        print(shlex.join(server.command()))
+        return 0
+    return _run_in_foreground(server)
 
-    server = VLLMServer(
+
+def _server(args: argparse.Namespace, adapters: dict[str, str]) -> VLLMServer:
+    from langchain_qwen_fast.server.launcher import VLLMServer
+
+    return VLLMServer(
         args.model,
         profile=args.profile,
         host=args.host,
@@ -67,13 +97,16 @@ def _serve(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len,
         api_key=args.api_key,
         quantization=args.quantization,
+        lora=adapters,
         extra_args=[a for a in args.vllm_args if a != "--"],
         log_path=args.log,
         startup_timeout=args.timeout,
     )
-    if args.print_command:
-        print(shlex.join(server.command()))
-        return 0
+
+
+def _run_in_foreground(server: VLLMServer) -> int:
+    from langchain_qwen_fast.server.launcher import ServerStartError
+
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -139,7 +172,7 @@ def _build_test_model(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``qwen-fast`` argument parser with every subcommand."""
-    from langchain_qwen_fast import api, benchmark, evaluation
+    from langchain_qwen_fast import api, benchmark, evaluation, training
 
     parser = argparse.ArgumentParser(
         prog="qwen-fast",
@@ -150,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
     evaluation.add_parser(sub)
+    training.add_parser(sub)
     benchmark.add_parser(sub)
     api.add_parser(sub)
     _add_build_test_model(sub)

@@ -216,6 +216,18 @@ class ClassifierPlan:
     tokenizer: Any = None
     head_ids: tuple[int, ...] = ()
 
+    def answer_tokens(self, index: int) -> tuple[int, ...]:
+        """The tokens that answer label ``index`` as :meth:`combine` reads them (a training
+        target): the first token under ``label_tokens``; the whole label, and the end token
+        where other labels continue it, under ``label_sequences``."""
+        if self.scoring == "label_tokens":
+            return self.steps[0].allowed[index : index + 1]
+        if self.scoring != "label_sequences":
+            raise ValueError(f"{self.scoring} scoring has no answer tokens")
+        path = self.label_paths[index]
+        nodes = {step.path for step in self.steps}
+        return (*path, self.end_token) if path in nodes and self.end_token is not None else path
+
     @property
     def answer_token_ids(self) -> tuple[int, ...]:
         """The first step's answer tokens (for ``label_tokens``, one per label)."""
@@ -352,6 +364,33 @@ def plan_steps(
             children[path].add(end_token)
     steps = tuple(Step(PROMPT_SUFFIX, tuple(sorted(c)), node) for node, c in sorted(children.items()))
     return "label_sequences", steps, paths
+
+
+def local_plan(label_set: LabelSet, tokenizer: Any, max_model_len: int = 4096) -> ClassifierPlan:
+    """A single-label generate plan made with a local ``tokenizers.Tokenizer`` instead of a
+    server (for training, and for checking a trained model against its server): the same
+    prompt, label tokens and steps the classifier learns from a server of that tokenizer."""
+    if label_set.multi_label:
+        raise ValueError("local plans are single-label")
+    encoded = tokenizer.encode_batch([*label_set.labels, "<|im_end|>"], add_special_tokens=False)
+    *label_tokens, end = (e.ids for e in encoded)
+    scoring, steps, paths = plan_steps(label_tokens, end[0])
+    if scoring == "label_sequences":
+        steps = tuple(dataclasses.replace(s, path_text=tokenizer.decode(list(s.path))) for s in steps)
+    head = label_set.render_head()
+    plan = ClassifierPlan(
+        label_set=label_set,
+        scoring=scoring,
+        head=head,
+        steps=steps,
+        max_tokens=1,
+        overhead_tokens=0,
+        max_model_len=max_model_len,
+        has_logprob_token_ids=True,
+        label_paths=paths,
+        end_token=end[0],
+    )
+    return plan.with_tokenizer(tokenizer)
 
 
 def constrained_choice_max_tokens(label_set: LabelSet) -> int:

@@ -150,6 +150,36 @@ def _runner_args(model: str) -> tuple[str, ...]:
     return ()
 
 
+#: LoRA ranks vLLM accepts for ``--max-lora-rank``
+_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_args(adapters: Mapping[str, str | os.PathLike[str]]) -> tuple[str, ...]:
+    """vLLM flags serving ``adapters`` ({name: directory}) beside the base model: LoRA on, room
+    for all of them at once, the largest rank among them, and each adapter under its name."""
+    if not adapters:
+        return ()
+    ranks = []
+    for name, directory in adapters.items():
+        if not name or "=" in name or name != name.strip():
+            raise ValueError(f"bad LoRA adapter name {name!r}")
+        config = Path(directory) / "adapter_config.json"
+        if not config.is_file():
+            raise ValueError(f"LoRA adapter {name!r}: no adapter_config.json in {directory}")
+        ranks.append(int(json.loads(config.read_text()).get("r") or 8))
+    rank = next((r for r in _LORA_RANKS if r >= max(ranks)), max(ranks))
+    modules = [f"{name}={Path(directory).resolve()}" for name, directory in adapters.items()]
+    return (
+        "--enable-lora",
+        "--max-loras",
+        str(len(adapters)),
+        "--max-lora-rank",
+        str(rank),
+        "--lora-modules",
+        *modules,
+    )
+
+
 def _tail(path: Path, lines: int = 40) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -173,6 +203,9 @@ class VLLMServer:
         quantization: vLLM's ``--quantization`` method, e.g. ``"fp8"`` (dynamic FP8 weights
             and activations on Hopper GPUs). AWQ and GPTQ checkpoints need nothing: vLLM reads
             their ``quantization_config``.
+        lora: LoRA adapters to serve beside the base model, ``{name: adapter directory}``
+            (each a ``peft`` adapter, e.g. ``qwen-fast train --method sft --export adapter``);
+            clients ask for an adapter by its name as ``model``.
         extra_args: more ``vllm serve`` flags, appended after the profile's.
         env: extra environment variables for the server.
         log_path: where the server's output goes (default: a temporary file).
@@ -190,6 +223,7 @@ class VLLMServer:
         max_model_len: int = 512,
         api_key: str | None = None,
         quantization: str | None = None,
+        lora: Mapping[str, str | os.PathLike[str]] | None = None,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -206,7 +240,11 @@ class VLLMServer:
         self.served_model_name = served_model_name
         self.max_model_len = max_model_len
         self._api_key = api_key
-        self.extra_args = (*(("--quantization", quantization) if quantization else ()), *extra_args)
+        self.extra_args = (
+            *(("--quantization", quantization) if quantization else ()),
+            *lora_args(lora or {}),
+            *extra_args,
+        )
         self.env = dict(env or {})
         self.startup_timeout = startup_timeout
         if log_path is None:
