@@ -9,9 +9,11 @@ from pathlib import Path
 
 from langchain_qwen_fast.server import DEFAULT_MODEL, VLLMServer, hub_model_available
 from langchain_qwen_fast.server.test_model import build_test_model
+from langchain_qwen_fast.training import build_news_model
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"
+NEWS_MODEL = ROOT / ".models" / "qwen3-tiny-news"
 
 
 def add_server_args(parser: argparse.ArgumentParser) -> None:
@@ -29,11 +31,18 @@ def server_url(args: argparse.Namespace) -> Iterator[str]:
     model = args.model
     if not hub_model_available(model):
         print(
-            f"The model hub cannot be reached and {model} is not cached here: using the locally "
-            "built Qwen3-shaped test model instead. It has random weights, so its labels carry "
-            "no meaning; the request path and speed are the real ones."
+            f"The model hub cannot be reached and {model} is not cached here. Serving a stand-in "
+            "instead: the tiny Qwen3-shaped test model (real Qwen3 vocabulary and chat template), "
+            "fine-tuned here with `qwen-fast train --method sft` on generated news headlines "
+            "(built once, then cached). Its labels mean something for news headlines; it is not "
+            "Qwen3-0.6B."
         )
-        model = str(build_test_model(TINY_MODEL, "tiny"))
+        built = build_news_model(NEWS_MODEL, build_test_model(TINY_MODEL, "tiny"), log=lambda line: None)
+        print(
+            f"Stand-in: held-out accuracy {built['held_out_accuracy']:.3f} on {built['held_out_items']} generated "
+            f"headlines (built in {built['seconds']:.0f} s)."
+        )
+        model = str(NEWS_MODEL)
     server = VLLMServer(model, served_model_name=args.served_model_name)
     print(f"Starting vLLM ({server.profile.name} profile) for {model}; log: {server.log_path}")
     with server:

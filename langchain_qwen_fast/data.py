@@ -66,10 +66,11 @@ def labelled_items(
     rows = read_labelled(path, text_column, label_column)
     mapping = parse_label_map(label_map)
     raw = {label for _, label in rows}
+    default: list[str] | None = None
     if not mapping and (labels is None or tuple(labels) == AG_NEWS_LABELS) and raw <= set(AG_NEWS_INDEX):
-        mapping = AG_NEWS_INDEX
+        mapping, default = AG_NEWS_INDEX, list(AG_NEWS_LABELS)
     items = [(text, mapping.get(label, label)) for text, label in rows]
-    names = list(labels) if labels else sorted({label for _, label in items})
+    names = list(labels) if labels else default or sorted({label for _, label in items})
     unknown = sorted({label for _, label in items} - set(names))
     if unknown:
         raise ValueError(f"labels in {path} that the label set lacks: {unknown}; give a label map")

@@ -165,9 +165,7 @@ def _classifier(args: argparse.Namespace, **overrides: Any) -> QwenClassifier:
     return QwenClassifier(labels=args.labels or list(AG_NEWS_LABELS), mode=args.mode, **settings)
 
 
-def calibrate(
-    labels: list[str], truth: list[str], results: list[Any], target_accuracy: float | None
-) -> dict[str, Any]:
+def calibrate(labels: list[str], truth: list[str], results: list[Any], target_accuracy: float | None) -> dict[str, Any]:
     """Fit a temperature on the scored items; the calibration error before and after, the
     reliability bins, the coverage-accuracy curve and the abstention threshold for
     ``target_accuracy`` (after scaling)."""

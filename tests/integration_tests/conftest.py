@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"
 NEWS_LABELS = list(AG_NEWS_LABELS)
 _startup_seconds: list[float] = []  # printed in the terminal summary
+_timings: list[tuple[str, float]] = []  # (what, seconds), printed in the terminal summary
+
+
+def record_seconds(what: str, seconds: float) -> None:
+    """Note a duration for the terminal summary (never asserted: these machines are noisy)."""
+    _timings.append((what, seconds))
 
 
 @pytest.fixture(scope="session")
@@ -91,3 +97,5 @@ def news_texts() -> list[str]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for seconds in _startup_seconds:
         terminalreporter.write_line(f"vLLM server start-up (launcher to /health 200): {seconds:.1f} s")
+    for what, seconds in _timings:
+        terminalreporter.write_line(f"{what}: {seconds:.1f} s")

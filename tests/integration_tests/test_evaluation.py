@@ -9,7 +9,7 @@ import pytest
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.cli import main
-from langchain_qwen_fast.evaluation import parse_label_map
+from langchain_qwen_fast.data import parse_label_map
 from tests.integration_tests.conftest import NEWS_LABELS
 
 
@@ -95,7 +95,7 @@ def test_eval_head_mode_jsonl_with_label_map_and_limit(
 def test_label_map_forms_and_unknown_labels(server_url: str, tmp_path: Path) -> None:
     assert parse_label_map("1=World, 2=Sports") == {"1": "World", "2": "Sports"}
     assert parse_label_map('{"1": "World"}') == {"1": "World"}
-    with pytest.raises(ValueError, match="--label-map"):
+    with pytest.raises(ValueError, match="label map"):
         parse_label_map("1:World")
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"text": "x", "label": "Politics"}))

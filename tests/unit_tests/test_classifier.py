@@ -374,3 +374,25 @@ def test_from_chat_model_takes_the_chat_models_settings() -> None:
     )
     assert classifier.api_key is not None and classifier.api_key.get_secret_value() == "k"
     assert classifier.batch_size == 9
+
+
+def test_temperature_scales_scores_keeps_the_label_and_changes_abstention(fake: FakeVLLM) -> None:
+    from langchain_qwen_fast.calibration import apply_temperature
+
+    texts = headlines(12)
+    raw = make(fake).batch(texts)
+    soft = make(fake, temperature=3.0).batch(texts)
+    for r, s in zip(raw, soft):
+        assert s.label == r.label
+        assert list(s.scores.values()) == pytest.approx(apply_temperature(list(r.scores.values()), 3.0))
+    # A threshold the raw scores pass can fail once softened: calibration moves abstention.
+    cut = min(r.confidence for r in raw) - 1e-9
+    assert not any(r.abstained for r in make(fake, abstain_below=cut).batch(texts))
+    assert any(r.abstained for r in make(fake, abstain_below=cut, temperature=3.0).batch(texts))
+
+
+def test_temperature_is_saved_and_must_be_positive(fake: FakeVLLM, tmp_path: Any) -> None:
+    path = make(fake, temperature=0.7).save(tmp_path / "c.json")
+    assert QwenClassifier.load(path, http_transport=fake.transport).temperature == 0.7
+    with pytest.raises(ValueError, match="temperature"):
+        make(fake, temperature=0)

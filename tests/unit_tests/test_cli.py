@@ -10,7 +10,7 @@ import pytest
 from langchain_qwen_fast import __version__
 from langchain_qwen_fast.cli import build_parser, main
 
-SUBCOMMANDS = ("serve", "eval", "bench", "api", "build-test-model")
+SUBCOMMANDS = ("serve", "eval", "bench", "api", "build-test-model", "train")
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -32,8 +32,9 @@ def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.parametrize(
     ("name", "flags"),
     [
-        ("serve", ["--profile", "--api-key", "--served-model-name", "--print-command"]),
-        ("eval", ["--label-map", "--mode", "--abstain-below", "--limit"]),
+        ("serve", ["--profile", "--api-key", "--served-model-name", "--print-command", "--lora"]),
+        ("eval", ["--label-map", "--mode", "--abstain-below", "--limit", "--calibrate", "--target-accuracy"]),
+        ("train", ["--base-model", "--method", "--out", "--lora", "--export", "--resume", "--patience"]),
         ("bench", ["--start-server", "--base-url", "--replicas", "--compare-flags", "--sweep"]),
         ("build-test-model", ["--size", "--num-labels", "--tokenizer-from"]),
     ],
@@ -94,3 +95,62 @@ def test_parser_is_buildable_without_heavy_imports() -> None:
 
     build_parser()
     assert "vllm" not in sys.modules and "matplotlib" not in sys.modules
+
+
+def _adapter(path: Path, rank: int) -> Path:
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text(f'{{"r": {rank}, "peft_type": "LORA"}}')
+    return path
+
+
+def test_serve_lora_adapters_on_the_command_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    news, topics = _adapter(tmp_path / "news", 8), _adapter(tmp_path / "topics", 24)
+    code, out, _ = run(
+        capsys,
+        "serve",
+        "--model",
+        str(tmp_path),
+        "--lora",
+        f"news={news}",
+        "--lora",
+        f"topics={topics}",
+        "--print-command",
+    )
+    assert code == 0
+    argv = shlex.split(out)
+    assert argv[argv.index("--max-loras") + 1] == "2"
+    assert argv[argv.index("--max-lora-rank") + 1] == "32"  # the next rank vLLM accepts above 24
+    at = argv.index("--lora-modules")
+    assert argv[at + 1 : at + 3] == [f"news={news.resolve()}", f"topics={topics.resolve()}"]
+    assert "--enable-lora" in argv
+
+
+@pytest.mark.parametrize("value", ["news", "=dir", "news="])
+def test_serve_lora_needs_name_and_directory(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    code, _, err = run(capsys, "serve", "--lora", value, "--print-command")
+    assert code == 2
+    assert "NAME=DIR" in err
+
+
+def test_serve_lora_without_an_adapter_config_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "serve", "--lora", f"news={tmp_path}", "--print-command")
+    assert code == 2
+    assert "adapter_config.json" in err
+
+
+def test_train_refuses_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(
+        capsys, "train", str(tmp_path / "none.csv"), "--base-model", "m", "--method", "head", "--out", "o"
+    )
+    assert code == 2
+    assert "no such file" in err
+
+
+def test_train_names_labels_the_label_set_lacks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\na,x\nb,y\nc,z\n")
+    code, _, err = run(
+        capsys, "train", str(data), "--base-model", "m", "--method", "sft", "--out", "o", "--labels", "x", "y"
+    )
+    assert code == 2
+    assert "['z']" in err
