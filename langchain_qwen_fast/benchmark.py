@@ -221,6 +221,38 @@ def build_paths(
 IDS = ", token ids"  # suffix of the paths that send token-id prompts (tokenizer_path)
 
 
+def build_head_paths(
+    base_url: str, model: str, tokenizer: str | None
+) -> tuple[dict[str, Callable[[str], Any]], dict[str, Any]]:
+    """:func:`build_paths` for a classification-head model (``/classify``): raw HTTP with the
+    classifier's exact request, and the classifier (text and token-id inputs)."""
+    import httpx
+
+    from langchain_qwen_fast import QwenClassifier
+
+    classifier = QwenClassifier(labels=LABELS, base_url=base_url, model=model, mode="head")
+    plan = classifier.prepare()
+    classifier.invoke("warm-up")
+    http = httpx.Client(timeout=30)
+    root = base_url.rstrip("/").removesuffix("/v1")
+
+    def raw_http(text: str) -> Any:
+        _, path, body = vllm_api.classify_call(plan, model, 0, [plan.render(text)])
+        return http.post(root + path, json=body).json()["data"][0]
+
+    one_at_a_time: dict[str, Callable[[str], Any]] = {
+        "raw HTTP (httpx), same request": raw_http,
+        "QwenClassifier.invoke": classifier.invoke,
+    }
+    objects: dict[str, Any] = {"classifier": classifier}
+    if tokenizer:
+        with_ids = QwenClassifier(labels=LABELS, base_url=base_url, model=model, mode="head", tokenizer_path=tokenizer)
+        with_ids.invoke("warm-up")
+        one_at_a_time[f"QwenClassifier.invoke{IDS}"] = with_ids.invoke
+        objects["classifier_ids"] = with_ids
+    return one_at_a_time, objects
+
+
 def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) -> list[PathResult]:
     """Time each one-at-a-time path over ``texts``, interleaved item by item so drift hits all alike."""
     from tqdm import tqdm
@@ -713,7 +745,8 @@ def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None
     """A short measurement of one server configuration: one-at-a-time latency (raw HTTP and
     QwenClassifier with token ids, with vLLM's own per-stage means when it keeps stats) and
     QwenClassifier.abatch throughput with text and token-id prompts."""
-    paths, objects = build_paths(url, args.model, args.tokenizer)
+    build = build_head_paths if args.mode == "head" else build_paths
+    paths, objects = build(url, args.model, args.tokenizer)
     keep = [name for name in paths if name.startswith(("raw HTTP", "QwenClassifier.invoke"))]
     root = url.rstrip("/").removesuffix("/v1")
     before = _histogram_totals(root)
@@ -773,6 +806,12 @@ def add_parser(sub: Any) -> None:
         metavar="JSON",
         help='instead of the comparison: {"name": ["--vllm-flag", ...], ...}; starts a server per entry '
         "(profile + flags) and measures latency, throughput, GPU memory and vLLM's stage times",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["generate", "head"],
+        default="generate",
+        help="with --compare-flags: the served model is a chat model (generate) or a classification head",
     )
     parser.add_argument("--out", default="out/benchmark", help="folder for results.json and chart.png")
     parser.add_argument("--label", default="", help="free text naming the machine/model, kept in the JSON")

@@ -603,10 +603,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"qwen-fast train: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"best epoch {report['best_epoch']}: validation macro-F1 {report['validation_macro_f1']}; "
-        f"{report['train_samples_per_s']} samples/s on {report['device']}; wrote {args.out}"
+    done = (
+        f"best epoch {report['best_epoch']}: validation macro-F1 {report['validation_macro_f1']}"
+        if report["finished"]
+        else f"stopped after {report['steps']} steps (--max-steps; --resume continues)"
     )
+    print(f"{done}; {report['train_samples_per_s']} samples/s on {report['device']}; wrote {args.out}")
     return 0
 
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The accuracy loop's GPU figures, on a GPU host with vLLM, transformers and peft importable
+# (e.g. PYTHONPATH=/tmp/extra:/tmp/site:$PWD on the lent H200; the qwen-fast command runs as
+# `python3 -m langchain_qwen_fast.cli` there). Builds the random Qwen3-0.6B-shaped model, then:
+#   TRAIN=1      qwen-fast train, both methods, at the 0.6B shape (bf16 autocast): samples/s
+#                (TRAIN_STEPS optimiser steps of 16 texts of about 100 tokens each);
+#   GENERATE=1   the zero-shot generate path on the base model (gpu profile): p50, throughput;
+#   HEAD=FILE    the trained head (from TRAIN) served under each flag set in FILE
+#                (bench --compare-flags format): p50, throughput and vLLM's stage times.
+# Usage: TRAIN=1 GENERATE=1 bash server/gpu_accuracy_loop.sh [TOKENIZER_DIR]
+#        HEAD=server/gpu_head_flags.json bash server/gpu_accuracy_loop.sh [TOKENIZER_DIR]
+# Results go to ${OUT:-out}/gpu-accuracy.
+set -euo pipefail
+out=${OUT:-out}/gpu-accuracy
+mkdir -p "$out"
+tok=${1:-}
+model=/tmp/qwen3-0.6b-random
+qwen_fast=(python3 -m langchain_qwen_fast.cli)
+[ -f "$model/config.json" ] || "${qwen_fast[@]}" build-test-model --size 0.6b --out "$model" ${tok:+--tokenizer-from "$tok"}
+label="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), vLLM $(python3 -c 'import vllm; print(vllm.__version__)')"
+bench=(--profile gpu --items "${ITEMS:-8192}" --invoke-items "${INVOKE_ITEMS:-200}" --label "$label" --gpu-sample)
+if [ -n "${TRAIN:-}" ]; then
+  # AG News-length texts: a generated headline (the label's words) and a ~60-token body.
+  python3 -c "
+from langchain_qwen_fast.data import write_labelled
+from langchain_qwen_fast.samples import labelled_news, news_items
+items = labelled_news(4096, 0)
+write_labelled('$out/train.csv', [(f'{h}. {b}', y) for (h, y), b in zip(items, news_items(len(items)))])"
+  for method in head sft; do
+    "${qwen_fast[@]}" train "$out/train.csv" --base-model "$model" --method "$method" --out "/tmp/trained-$method" \
+      --labels World Sports Business Sci/Tech --val-fraction 0 --epochs 1 --max-steps "${TRAIN_STEPS:-150}" \
+      --batch-size 16 --no-progress 2>&1 | tail -3 | tee "$out/train-$method.log"
+    cp "/tmp/trained-$method/training.json" "$out/training-$method.json"
+  done
+fi
+if [ -n "${GENERATE:-}" ]; then
+  echo '{"gpu profile, stats on": {"profile": "gpu", "drop": ["--disable-log-stats"]}}' > "$out/generate-flags.json"
+  "${qwen_fast[@]}" bench --start-server "$model" --tokenizer "$model" "${bench[@]}" \
+    --compare-flags "$out/generate-flags.json" --out "$out/generate"
+fi
+if [ -n "${HEAD:-}" ]; then
+  "${qwen_fast[@]}" bench --start-server /tmp/trained-head --mode head --tokenizer /tmp/trained-head "${bench[@]}" \
+    --compare-flags "$HEAD" --out "$out/head"
+fi
