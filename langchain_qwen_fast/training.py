@@ -82,8 +82,10 @@ class TrainOptions:
     seed: int = 0
     #: tokens kept of each text
     max_text_tokens: int = 256
-    #: sft: ``merged`` weights or a LoRA ``adapter``
-    export: Literal["merged", "adapter"] = "merged"
+    #: ``merged`` weights; a LoRA ``adapter`` (sft); or, for a head, ``generate``: the head
+    #: trained on the classifier's prompt and written into the output layer of a causal LM,
+    #: served by vLLM's generate runner (its one-at-a-time latency) as a generate-mode model
+    export: Literal["merged", "adapter", "generate"] = "merged"
     instructions: str | None = None
     label_descriptions: dict[str, str] | None = None
     #: the name the classifier asks for (``--served-model-name``, or the adapter's name)
@@ -153,12 +155,30 @@ class _Task:
         return ids.to(self.device), mask.to(self.device)
 
     device: Any = "cpu"
+    #: the classifier's prompt plan, where the model reads the classifier's prompt
+    plan: ClassifierPlan | None = None
+
+    def _prompt_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's prompt ids, exactly as the classifier sends them (first step)."""
+        assert self.plan is not None
+        bodies = self.plan.encode_bodies([self.plan.body(t) for t in texts])
+        limit = self.options.max_text_tokens + 3  # the user turn's opening
+        return [self.plan.prompt_ids(body[:limit], 0) for body in bodies]
 
 
 class HeadTask(_Task):
-    """``--method head``: a sequence-classification head on the bare text's last token."""
+    """``--method head``: a sequence-classification head on the last token of the bare text
+    (``/classify``), or, with ``--export generate``, of the classifier's prompt."""
 
     kind: Literal["head"] = "head"
+
+    def __init__(self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any) -> None:
+        super().__init__(options, labels, tokenizer, torch)
+        if options.export == "generate":
+            label_set = LabelSet.build(labels, options.label_descriptions, options.instructions)
+            self.plan = local_plan(label_set, tokenizer)
+            if self.plan.scoring != "label_tokens":
+                raise ValueError("--export generate needs labels whose first tokens differ (one decode step)")
 
     def load(self, base_model: str) -> Any:
         """The base model with a new linear head over the labels (LoRA-wrapped if asked)."""
@@ -188,7 +208,10 @@ class HeadTask(_Task):
         return model
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's token ids as the server's ``/classify`` reads them (the bare text)."""
+        """Each text's token ids as the server reads them: the bare text (``/classify``), or
+        the classifier's prompt (``--export generate``)."""
+        if self.plan is not None:
+            return self._prompt_ids(texts)
         encoded = self.tokenizer.encode_batch_fast([neutralize_control_tokens(t) for t in texts])
         return [e.ids[: self.options.max_text_tokens] or [self.pad_id] for e in encoded]
 
@@ -211,10 +234,12 @@ class SFTTask(_Task):
 
     kind: Literal["sft"] = "sft"
 
+    plan: ClassifierPlan
+
     def __init__(self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any) -> None:
         super().__init__(options, labels, tokenizer, torch)
         label_set = LabelSet.build(labels, options.label_descriptions, options.instructions)
-        self.plan: ClassifierPlan = local_plan(label_set, tokenizer)
+        self.plan = local_plan(label_set, tokenizer)
 
     def load(self, base_model: str) -> Any:
         """The base causal LM with LoRA adapters (or fully trainable without ``--lora``)."""
@@ -236,9 +261,7 @@ class SFTTask(_Task):
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's prompt ids, exactly as the classifier sends them (first step)."""
-        bodies = self.plan.encode_bodies([self.plan.body(t) for t in texts])
-        limit = self.options.max_text_tokens + 3  # the user turn's opening
-        return [self.plan.prompt_ids(body[:limit], 0) for body in bodies]
+        return self._prompt_ids(texts)
 
     def _answer_logits(self, model: Any, sequences: Sequence[Sequence[int]], starts: Sequence[int], width: int) -> Any:
         """Logits over the vocabulary at ``width`` positions from each ``start - 1``: the
@@ -341,7 +364,9 @@ def train(
     if options.method == "sft" and not options.uses_lora and options.export == "adapter":
         raise ValueError("--export adapter needs LoRA")
     if options.method == "head" and options.export == "adapter":
-        raise ValueError("a head model is exported merged (vLLM serves no LoRA on pooling models)")
+        raise ValueError("a head model is exported merged or for the generate runner, not as an adapter")
+    if options.method == "sft" and options.export == "generate":
+        raise ValueError("--export generate is for --method head (an SFT model is served by the generate runner)")
     out = Path(options.out)
     random.seed(options.seed)
     torch.manual_seed(options.seed)
@@ -495,6 +520,9 @@ def export(task: HeadTask | SFTTask, model: Any, options: TrainOptions, labels: 
     else:
         if options.uses_lora:
             model = model.merge_and_unload()
+        if options.export == "generate":
+            assert isinstance(task, HeadTask)
+            model = head_as_causal_lm(task, model, options.base_model)
         model.to(dtype).save_pretrained(out)
         for file in _TOKENIZER_FILES:
             source = Path(options.base_model) / file
@@ -503,12 +531,42 @@ def export(task: HeadTask | SFTTask, model: Any, options: TrainOptions, labels: 
         name = name or "qwen3"
     QwenClassifier(
         labels=list(labels),
-        mode="head" if options.method == "head" else "generate",
+        mode="head" if options.method == "head" and options.export != "generate" else "generate",
         instructions=options.instructions,
         label_descriptions=options.label_descriptions,
         model=name,
     ).save(out)
     return out
+
+
+def head_as_causal_lm(task: HeadTask, head_model: Any, base_model: str) -> Any:
+    """A causal LM that scores like ``head_model`` under the classifier's generate mode: the
+    trained backbone, and an output layer whose rows for the labels' answer tokens are the
+    head's rows (the others stay the base model's). The classifier reads the answer tokens'
+    logprobs and renormalises them over the labels: that is the head's softmax. The output
+    layer is untied from the embeddings (Qwen3-0.6B ties them). Checked on sample prompts."""
+    from transformers import AutoModelForCausalLM
+
+    torch = task.torch
+    assert task.plan is not None
+    causal: Any = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).to(task.device)
+    causal.model.load_state_dict(head_model.model.state_dict())
+    weight = causal.get_output_embeddings().weight.detach().clone()
+    rows = torch.tensor(task.plan.answer_token_ids, device=weight.device)
+    weight[rows] = head_model.score.weight.detach().to(weight.dtype)
+    causal.config.tie_word_embeddings = False
+    causal.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device)
+    causal.lm_head.weight = torch.nn.Parameter(weight)
+    probe = SFTTask(task.options, task.labels, task.tokenizer, torch)
+    probe.device = task.device
+    prompts = task.encode(["Stocks rally as rates fall", "Late goal wins the cup", "New chip doubles battery life"])
+    with torch.no_grad():
+        expected = task.probabilities(head_model.eval(), prompts)
+        got = probe.probabilities(causal.eval(), prompts)
+    gap = float((expected - got).abs().max())
+    if gap > 1e-3:
+        raise RuntimeError(f"the head written as a causal LM scores differently (max gap {gap:.2e})")
+    return causal
 
 
 def _fingerprint(options: TrainOptions, labels: Sequence[str], items: Sequence[tuple[str, str]]) -> str:
@@ -554,7 +612,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-text-tokens", type=int, default=256, help="tokens kept per text (default: %(default)s)")
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps in all")
-    p.add_argument("--export", choices=["merged", "adapter"], default="merged", help="sft: merged weights or adapter")
+    p.add_argument(
+        "--export",
+        choices=["merged", "adapter", "generate"],
+        default="merged",
+        help="merged weights; a LoRA adapter (sft); or generate (head: served by the generate runner)",
+    )
     p.add_argument("--instructions", help="sft: the classifier's instructions (default: its default)")
     p.add_argument("--served-model-name", help="the model name in classifier.json (default: qwen3, or the adapter's)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")

@@ -76,6 +76,30 @@ def head_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
+def head_generate_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, Any]]:
+    """A head trained on the classifier's prompt, written into a causal LM's output layer."""
+    options = TrainOptions(
+        method="head",
+        base_model=str(tiny_model),
+        out=str(work / "head-generate"),
+        export="generate",
+        learning_rate=1e-3,
+        progress=False,
+    )
+    report = train(labelled_news(1200, 0), LABELS, options)
+    record_seconds("train head for the generate runner (1,200 headlines)", report["train_seconds"])
+    return work / "head-generate", report
+
+
+@pytest.fixture(scope="module")
+def head_generate_url(head_generate_model: tuple[Path, dict[str, Any]]) -> Iterator[str]:
+    log = ROOT / "out" / "test-head-generate-server.log"
+    with VLLMServer(head_generate_model[0], profile="cpu", log_path=log) as server:
+        record_seconds("vLLM start-up, head for the generate runner", server.startup_seconds or 0.0)
+        yield server.base_url
+
+
+@pytest.fixture(scope="module")
 def sft_model(tiny_model: Path) -> tuple[Path, dict[str, Any]]:
     """The quickstart's stand-in: the tiny model, SFT-trained on generated headlines, merged."""
     out = ROOT / ".models" / "qwen3-tiny-news"
@@ -198,6 +222,23 @@ def test_served_head_probabilities_match_transformers(head_model: tuple[Path, di
     local = score(task, AutoModelForSequenceClassification.from_pretrained(path), texts)
     worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(LABELS))
     assert worst <= PARITY
+
+
+def test_a_head_served_by_the_generate_runner_scores_as_trained(
+    head_generate_model: tuple[Path, dict[str, Any]], head_generate_url: str, held_out: list[tuple[str, str]]
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    path, report = head_generate_model
+    texts = [t for t, _ in held_out]
+    classifier = QwenClassifier.load(path, base_url=head_generate_url)
+    assert classifier.mode == "generate" and classifier.prepare().scoring == "label_tokens"
+    served = classifier.batch(texts)
+    local = score(_task("sft", path), AutoModelForCausalLM.from_pretrained(path), texts)
+    worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(LABELS))
+    assert worst <= PARITY
+    assert report["validation_macro_f1"] >= 0.95
+    assert sum(r.label == y for r, (_, y) in zip(served, held_out)) / len(held_out) >= 0.95
 
 
 @pytest.mark.parametrize("adapter", [None, "topics"])
