@@ -2,11 +2,13 @@
 # The accuracy loop's GPU figures, on a GPU host with vLLM, transformers and peft importable
 # (e.g. PYTHONPATH=/tmp/extra:/tmp/site:$PWD on the lent H200; the qwen-fast command runs as
 # `python3 -m langchain_qwen_fast.cli` there). Builds the random Qwen3-0.6B-shaped model, then:
-#   TRAIN=1      qwen-fast train, both methods, at the 0.6B shape (bf16 autocast): samples/s
-#                (TRAIN_STEPS optimiser steps of 16 texts of about 100 tokens each);
+#   TRAIN=1      qwen-fast train at the 0.6B shape (bf16 autocast): a head (pooling runner), a
+#                head for the generate runner (--export generate) and SFT (LoRA); samples/s
+#                over TRAIN_STEPS optimiser steps of BATCH texts of about 100 tokens each;
 #   GENERATE=1   the zero-shot generate path on the base model (gpu profile): p50, throughput;
-#   HEAD=FILE    the trained head (from TRAIN) served under each flag set in FILE
-#                (bench --compare-flags format): p50, throughput and vLLM's stage times.
+#   HEAD=FILE    the trained head (pooling runner) under each flag set in FILE (bench
+#                --compare-flags format; HEAD=1: the gpu profile): p50, throughput, stage times;
+#   HEAD_GENERATE=1  the head trained for the generate runner, gpu profile, measured alike.
 # Usage: TRAIN=1 GENERATE=1 bash server/gpu_accuracy_loop.sh [TOKENIZER_DIR]
 #        HEAD=server/gpu_head_flags.json bash server/gpu_accuracy_loop.sh [TOKENIZER_DIR]
 # Results go to ${OUT:-out}/gpu-accuracy.
@@ -26,19 +28,27 @@ from langchain_qwen_fast.data import write_labelled
 from langchain_qwen_fast.samples import labelled_news, news_items
 items = labelled_news(4096, 0)
 write_labelled('$out/train.csv', [(f'{h}. {b}', y) for (h, y), b in zip(items, news_items(len(items)))])"
-  for method in head sft; do
-    "${qwen_fast[@]}" train "$out/train.csv" --base-model "$model" --method "$method" --out "/tmp/trained-$method" \
-      --labels World Sports Business Sci/Tech --val-fraction 0 --epochs 1 --max-steps "${TRAIN_STEPS:-150}" \
-      --batch-size 16 --no-progress 2>&1 | tail -3 | tee "$out/train-$method.log"
-    cp "/tmp/trained-$method/training.json" "$out/training-$method.json"
+  for run in "head merged" "head-generate generate" "sft merged"; do
+    set -- $run
+    method=${1%-generate}
+    "${qwen_fast[@]}" train "$out/train.csv" --base-model "$model" --method "$method" --export "$2" \
+      --out "/tmp/trained-$1" --labels World Sports Business Sci/Tech --val-fraction 0 --epochs 1 \
+      --max-steps "${TRAIN_STEPS:-150}" --batch-size "${BATCH:-16}" --no-progress 2>&1 | tail -2 | tee "$out/train-$1.log"
+    cp "/tmp/trained-$1/training.json" "$out/training-$1.json"
   done
 fi
+gpu_flags="$out/gpu-profile-flags.json"
+echo '{"gpu profile, stats on": {"profile": "gpu", "drop": ["--disable-log-stats"]}}' > "$gpu_flags"
 if [ -n "${GENERATE:-}" ]; then
-  echo '{"gpu profile, stats on": {"profile": "gpu", "drop": ["--disable-log-stats"]}}' > "$out/generate-flags.json"
   "${qwen_fast[@]}" bench --start-server "$model" --tokenizer "$model" "${bench[@]}" \
-    --compare-flags "$out/generate-flags.json" --out "$out/generate"
+    --compare-flags "$gpu_flags" --out "$out/generate"
 fi
 if [ -n "${HEAD:-}" ]; then
+  [ "$HEAD" = 1 ] && HEAD=$gpu_flags
   "${qwen_fast[@]}" bench --start-server /tmp/trained-head --mode head --tokenizer /tmp/trained-head "${bench[@]}" \
     --compare-flags "$HEAD" --out "$out/head"
+fi
+if [ -n "${HEAD_GENERATE:-}" ]; then
+  "${qwen_fast[@]}" bench --start-server /tmp/trained-head-generate --tokenizer /tmp/trained-head-generate \
+    "${bench[@]}" --compare-flags "$gpu_flags" --out "$out/head-generate"
 fi
