@@ -26,6 +26,10 @@ class ToyTokenizer:
     def decode(self, ids: list[int]) -> str:
         return toy_detokenize(ids)
 
+    def token_to_id(self, token: str) -> int:
+        (only,) = toy_tokenize(token)
+        return only
+
 
 def test_split_is_stratified_reproducible_and_loses_nothing() -> None:
     items = [(f"t{i}", "ab"[i % 2] if i < 90 else "c") for i in range(100)]
@@ -58,3 +62,31 @@ def test_labels_sharing_tokens_train_on_every_label_token_and_the_end() -> None:
     assert plan.answer_tokens(2) == tuple(toy_tokenize("sport"))
     with pytest.raises(ValueError, match="single-label"):
         local_plan(LabelSet.build(["a", "b"], multi_label=True), tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"method": "sft", "lora": False, "export": "adapter"}, "needs LoRA"),
+        ({"method": "head", "export": "adapter"}, "not as an adapter"),
+        ({"method": "sft", "export": "generate"}, "for --method head"),
+    ],
+)
+def test_export_choices_that_cannot_work_are_refused_before_training(changes: dict, message: str) -> None:
+    from langchain_qwen_fast.training import TrainOptions, train
+
+    options = TrainOptions(base_model="/nonexistent", out="/nonexistent/out", **changes)
+    with pytest.raises(ValueError, match=message):
+        train([("a", "x"), ("b", "y")], ["x", "y"], options)
+
+
+def test_a_head_for_the_generate_runner_needs_labels_with_distinct_first_tokens() -> None:
+    import torch
+
+    from langchain_qwen_fast.training import HeadTask, TrainOptions
+
+    options = TrainOptions(method="head", base_model="m", out="o", export="generate")
+    with pytest.raises(ValueError, match="first tokens differ"):
+        HeadTask(options, ["tech", "tech news"], ToyTokenizer(), torch)
+    task = HeadTask(options, ["World", "Sports"], ToyTokenizer(), torch)
+    assert task.encode(["Stocks rally"]) == task.plan.encode(["Stocks rally"])  # the classifier's prompt
