@@ -92,14 +92,6 @@ def head_generate_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, A
 
 
 @pytest.fixture(scope="module")
-def head_generate_url(head_generate_model: tuple[Path, dict[str, Any]]) -> Iterator[str]:
-    log = ROOT / "out" / "test-head-generate-server.log"
-    with VLLMServer(head_generate_model[0], profile="cpu", log_path=log) as server:
-        record_seconds("vLLM start-up, head for the generate runner", server.startup_seconds or 0.0)
-        yield server.base_url
-
-
-@pytest.fixture(scope="module")
 def sft_model(tiny_model: Path) -> tuple[Path, dict[str, Any]]:
     """The quickstart's stand-in: the tiny model, SFT-trained on generated headlines, merged."""
     out = ROOT / ".models" / "qwen3-tiny-news"
@@ -128,21 +120,51 @@ def adapters(sft_model: tuple[Path, dict[str, Any]], work: Path) -> dict[str, Pa
     return made
 
 
-@pytest.fixture(scope="module")
-def head_url(head_model: tuple[Path, dict[str, Any]]) -> Iterator[str]:
-    log = ROOT / "out" / "test-trained-head-server.log"
-    with VLLMServer(head_model[0], profile="cpu", served_model_name="news-head", log_path=log) as server:
-        record_seconds("vLLM start-up, trained head", server.startup_seconds or 0.0)
-        yield server.base_url
+class OneServerAtATime:
+    """Starts the server a test asks for and stops the one before: with the session's own
+    servers up, three more at once would crowd 2 cores and 24 GiB. Tests using the same
+    server sit together in this file."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.server: VLLMServer | None = None
+
+    def url(self, key: str, model: Path, what: str, **settings: Any) -> str:
+        if self.key != key or self.server is None:
+            self.close()
+            log = ROOT / "out" / f"test-{key}-server.log"
+            self.server = VLLMServer(model, profile="cpu", log_path=log, **settings).start()
+            self.key = key
+            record_seconds(f"vLLM start-up, {what}", self.server.startup_seconds or 0.0)
+        return self.server.base_url
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.server, self.key = None, None
 
 
 @pytest.fixture(scope="module")
-def lora_url(sft_model: tuple[Path, dict[str, Any]], adapters: dict[str, Path]) -> Iterator[str]:
+def servers() -> Iterator[OneServerAtATime]:
+    one = OneServerAtATime()
+    yield one
+    one.close()
+
+
+@pytest.fixture
+def head_url(servers: OneServerAtATime, head_model: tuple[Path, dict[str, Any]]) -> str:
+    return servers.url("trained-head", head_model[0], "trained head", served_model_name="news-head")
+
+
+@pytest.fixture
+def head_generate_url(servers: OneServerAtATime, head_generate_model: tuple[Path, dict[str, Any]]) -> str:
+    return servers.url("head-generate", head_generate_model[0], "head for the generate runner")
+
+
+@pytest.fixture
+def lora_url(servers: OneServerAtATime, sft_model: tuple[Path, dict[str, Any]], adapters: dict[str, Path]) -> str:
     """The SFT stand-in as ``qwen3`` and both adapters beside it, on one server."""
-    log = ROOT / "out" / "test-lora-server.log"
-    with VLLMServer(sft_model[0], profile="cpu", lora=adapters, log_path=log) as server:
-        record_seconds("vLLM start-up, SFT model + 2 LoRA adapters", server.startup_seconds or 0.0)
-        yield server.base_url
+    return servers.url("lora", sft_model[0], "SFT model + 2 LoRA adapters", lora=adapters)
 
 
 # -- learning, on CPU --------------------------------------------------------------------------
@@ -207,7 +229,31 @@ def test_resumed_training_equals_an_uninterrupted_run(tiny_model: Path, work: Pa
         train(items, LABELS, options("parts2", resume=True))
 
 
-# -- parity: the served model computes what transformers computes ----------------------------
+# -- served models: accuracy through qwen-fast eval, and parity with transformers ---------------
+def _eval(path: Path, base_url: str, classifier: Path, out: Path, *extra: str) -> dict[str, Any]:
+    assert main(["eval", str(path), "--classifier", str(classifier), "--base-url", base_url, "--out", str(out),
+                 "--latency-samples", "3", "--bootstrap", "200", *extra]) == 0  # fmt: skip
+    return json.loads((out / "report.json").read_text())
+
+
+def test_served_head_scores_its_accuracy_through_eval(
+    head_model: tuple[Path, dict[str, Any]], head_url: str, held_out: list[tuple[str, str]], work: Path
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    path = head_model[0]
+    data = write_labelled(work / "held-out.csv", held_out)
+    report = _eval(data, head_url, path, work / "eval-head", "--model", "news-head")
+    task = make_task(
+        TrainOptions(method="head", base_model=str(path), out=str(path)), LABELS, load_tokenizer(str(path))
+    )
+    local = score(task, AutoModelForSequenceClassification.from_pretrained(path), [t for t, _ in held_out])
+    assert report["failed"] == 0 and report["accuracy"] >= 0.95
+    assert report["accuracy"] == pytest.approx(_accuracy(local, held_out, LABELS), abs=1 / len(held_out))
+    low, high = report["intervals_95"]["accuracy"]
+    assert low <= report["accuracy"] <= high
+
+
 def test_served_head_probabilities_match_transformers(head_model: tuple[Path, dict[str, Any]], head_url: str) -> None:
     from transformers import AutoModelForSequenceClassification
 
@@ -262,31 +308,6 @@ def test_served_sft_scores_match_transformers(
     local = score(task, model, texts)
     worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(labels))
     assert worst <= PARITY
-
-
-# -- served accuracy through qwen-fast eval ----------------------------------------------------
-def _eval(path: Path, base_url: str, classifier: Path, out: Path, *extra: str) -> dict[str, Any]:
-    assert main(["eval", str(path), "--classifier", str(classifier), "--base-url", base_url, "--out", str(out),
-                 "--latency-samples", "3", "--bootstrap", "200", *extra]) == 0  # fmt: skip
-    return json.loads((out / "report.json").read_text())
-
-
-def test_served_head_scores_its_accuracy_through_eval(
-    head_model: tuple[Path, dict[str, Any]], head_url: str, held_out: list[tuple[str, str]], work: Path
-) -> None:
-    from transformers import AutoModelForSequenceClassification
-
-    path = head_model[0]
-    data = write_labelled(work / "held-out.csv", held_out)
-    report = _eval(data, head_url, path, work / "eval-head", "--model", "news-head")
-    task = make_task(
-        TrainOptions(method="head", base_model=str(path), out=str(path)), LABELS, load_tokenizer(str(path))
-    )
-    local = score(task, AutoModelForSequenceClassification.from_pretrained(path), [t for t, _ in held_out])
-    assert report["failed"] == 0 and report["accuracy"] >= 0.95
-    assert report["accuracy"] == pytest.approx(_accuracy(local, held_out, LABELS), abs=1 / len(held_out))
-    low, high = report["intervals_95"]["accuracy"]
-    assert low <= report["accuracy"] <= high
 
 
 def test_served_sft_scores_its_accuracy_through_eval(
