@@ -29,6 +29,7 @@ from langchain_qwen_fast._transport import RetryPolicy, Transport, adrive, drive
 from langchain_qwen_fast.caches import ClassificationCache
 from langchain_qwen_fast.chat_models import ChatQwenFast
 from langchain_qwen_fast.classification import Classification, ClassifierInput, text_of
+from langchain_qwen_fast.endpoints import resolve_base_url
 from langchain_qwen_fast.errors import QwenFastError
 from langchain_qwen_fast.prompting import ClassifierPlan, LabelSet, check_example
 from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool
@@ -81,10 +82,12 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     example_selector: BaseExampleSelector | None = Field(default=None, exclude=True)
     """Any LangChain example selector: its examples for each text (dicts with ``text`` and
     ``label`` or ``labels``) are rendered after the fixed part. Not saved by :meth:`save`."""
-    base_url: str | list[str] = "http://127.0.0.1:8000/v1"
+    base_url: str | list[str] = Field(default_factory=lambda: resolve_base_url(None))
     """The vLLM server's OpenAI-compatible base URL, or a list of replicas serving the same
     model (each request goes to the one with the fewest requests outstanding; a retry to
-    another; a replica whose connection fails rests a few seconds)."""
+    another; a replica whose connection fails rests a few seconds), or a file listing them one
+    per line (``qwen-fast serve --urls-file``). Default: ``QWEN_FAST_BASE_URL`` (one URL, or
+    several separated by commas), else ``http://127.0.0.1:8000/v1``."""
     model: str = "qwen3"
     """The served model name."""
     mode: Literal["generate", "head"] = "generate"
@@ -150,6 +153,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                     hints.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
                 raise ValueError(f"QwenClassifier got unknown argument(s): {', '.join(hints)}")
         return data
+
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _resolve_base_url(cls, value: Any) -> str | list[str]:
+        return resolve_base_url(value)
 
     @field_validator("threshold")
     @classmethod

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast.server.launcher import VLLMServer
+    from langchain_qwen_fast.server.launcher import ServerGroup, VLLMServer
 
 from langchain_qwen_fast import __version__
 
@@ -59,6 +59,22 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         metavar="NAME=DIR",
         help="serve a LoRA adapter beside the model under NAME (repeat for several)",
     )
+    p.add_argument(
+        "--gpus", help="several servers: 'all' or a list such as 0,1 (each server sees one GPU; default: one server)"
+    )
+    p.add_argument(
+        "--servers-per-gpu",
+        type=int,
+        default=1,
+        help="independent servers on each GPU (without GPUs: this many CPU servers); default: %(default)s",
+    )
+    p.add_argument("--urls-file", help="write the servers' URLs here, one per line (QwenClassifier takes the file)")
+    p.add_argument(
+        "--router",
+        choices=["round_robin", "power_of_two", "random"],
+        help="also start vLLM's router (vllm-router) in front of the servers: one URL, load spread by this policy",
+    )
+    p.add_argument("--router-port", type=int, default=0, help="the router's port (default: a free one)")
     p.add_argument("--log", help="server log file (default: a temporary file)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health (default: %(default)s)")
     p.add_argument("--print-command", action="store_true", help="print the vLLM command line and exit")
@@ -74,7 +90,10 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"--lora takes NAME=DIR, got {item!r}", file=sys.stderr)
             return 2
         adapters[name] = directory
+    several = args.gpus is not None or args.servers_per_gpu > 1 or args.router is not None
     try:
+        if several:
+            return _serve_group(args, adapters)
         server = _server(args, adapters)
     except ValueError as exc:
         print(exc, file=sys.stderr)
@@ -82,7 +101,59 @@ def _serve(args: argparse.Namespace) -> int:
     if args.print_command:
         print(shlex.join(server.command()))
         return 0
-    return _run_in_foreground(server)
+    return _run_in_foreground(server, server.base_url, args.urls_file)
+
+
+def _gpu_list(value: str | None) -> list[int]:
+    from langchain_qwen_fast.server.launcher import gpu_count
+
+    if value is None:
+        return []
+    found = gpu_count()
+    if value == "all":
+        if not found:
+            raise ValueError("--gpus all: no GPU answers nvidia-smi here; without GPUs use --servers-per-gpu alone")
+        return list(range(found))
+    try:
+        gpus = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--gpus takes 'all' or indices such as 0,1, got {value!r}") from None
+    missing = [g for g in gpus if g >= found]
+    if missing:
+        raise ValueError(f"--gpus {value}: no GPU {missing[0]} here ({found} found)")
+    return gpus
+
+
+def _serve_group(args: argparse.Namespace, adapters: dict[str, str]) -> int:
+    from langchain_qwen_fast.server.launcher import ServerGroup
+
+    if args.log:
+        raise ValueError("several servers write one log each into a folder: leave out --log")
+    group = ServerGroup(
+        args.model,
+        gpus=_gpu_list(args.gpus),
+        servers_per_gpu=args.servers_per_gpu,
+        host=args.host,
+        port=args.port,
+        router=args.router,
+        router_port=args.router_port,
+        profile=args.profile,
+        served_model_name=args.served_model_name,
+        max_model_len=args.max_model_len,
+        api_key=args.api_key,
+        quantization=args.quantization,
+        lora=adapters,
+        extra_args=[a for a in args.vllm_args if a != "--"],
+        startup_timeout=args.timeout,
+    )
+    if args.print_command:
+        for server in group.servers:
+            env = {k: v for k, v in server.env.items() if k == "CUDA_VISIBLE_DEVICES"}
+            print(" ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(server.command())]))
+        if args.router:
+            print(shlex.join(group.router_command()))
+        return 0
+    return _run_in_foreground(group, group.url, args.urls_file)
 
 
 def _server(args: argparse.Namespace, adapters: dict[str, str]) -> VLLMServer:
@@ -104,19 +175,25 @@ def _server(args: argparse.Namespace, adapters: dict[str, str]) -> VLLMServer:
     )
 
 
-def _run_in_foreground(server: VLLMServer) -> int:
+def _run_in_foreground(server: VLLMServer | ServerGroup, url: str | list[str], urls_file: str | None) -> int:
+    from langchain_qwen_fast.endpoints import write_urls
     from langchain_qwen_fast.server.launcher import ServerStartError
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"starting {server!r}; log: {server.log_path}", flush=True)
+    started = time.perf_counter()
+    print(f"starting {server!r}", flush=True)
     try:
         server.start()
     except ServerStartError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"ready in {server.startup_seconds:.1f} s at {server.base_url} (Ctrl-C stops it)", flush=True)
+    urls = [url] if isinstance(url, str) else url
+    if urls_file:
+        write_urls(urls_file, urls)
+    where = ", ".join(urls) + (f" (written to {urls_file})" if urls_file else "")
+    print(f"ready in {time.perf_counter() - started:.1f} s at {where} (Ctrl-C stops it)", flush=True)
     try:
         while not stop.wait(1.0):
             if not server.running:

@@ -8,11 +8,13 @@ importing this module needs neither.
 from langchain_qwen_fast.server.launcher import (
     DEFAULT_MODEL,
     PROFILES,
+    ServerGroup,
     ServerProfile,
     ServerStartError,
     VLLMServer,
     drop_flags,
     free_port,
+    gpu_count,
     has_gpu,
     hub_model_available,
 )
@@ -20,11 +22,13 @@ from langchain_qwen_fast.server.launcher import (
 __all__ = [
     "DEFAULT_MODEL",
     "PROFILES",
+    "ServerGroup",
     "ServerProfile",
     "ServerStartError",
     "VLLMServer",
     "drop_flags",
     "free_port",
+    "gpu_count",
     "has_gpu",
     "hub_model_available",
 ]

@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 ProfileName = Literal["auto", "cpu", "gpu", "default"]
@@ -253,6 +253,7 @@ class VLLMServer:
             log_path = name
         self.log_path = Path(log_path)
         self._process: subprocess.Popen[bytes] | None = None
+        self._spawned_at = 0.0
         self.startup_seconds: float | None = None
 
     def __repr__(self) -> str:
@@ -302,6 +303,14 @@ class VLLMServer:
         """Start the server and wait until ``/health`` answers 200."""
         if self.running:
             return self
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def spawn(self) -> None:
+        """Start the server process without waiting (see :meth:`wait_ready`)."""
+        if self.running:
+            return
         if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
             raise ServerStartError(f"no model directory at {self.model}")
         env = {**os.environ, **self.profile.env, **self.env}
@@ -318,13 +327,16 @@ class VLLMServer:
                 env=env,
                 start_new_session=True,  # own process group: stop() reaches the workers too
             )
+        self._spawned_at = started
+
+    def wait_ready(self) -> None:
+        """Wait until a spawned server's ``/health`` answers 200 (stopping it if it fails)."""
         try:
-            self._wait_healthy(started)
+            self._wait_healthy(self._spawned_at)
         except BaseException:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - started
-        return self
+        self.startup_seconds = time.monotonic() - self._spawned_at
 
     def _wait_healthy(self, started: float) -> None:
         url = f"http://{self.host}:{self.port}/health"
@@ -368,6 +380,165 @@ class VLLMServer:
         self._process = None
 
     def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def gpu_count() -> int:
+    """How many NVIDIA GPUs ``nvidia-smi -L`` lists (0 without one)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    result = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
+    return sum(line.startswith("GPU ") for line in result.stdout.splitlines()) if result.returncode == 0 else 0
+
+
+class ServerGroup:
+    """Independent vLLM servers of one model: ``servers_per_gpu`` on each GPU in ``gpus``
+    (each sees only its GPU, with the profile's job-sized KV cache), or, without GPUs,
+    ``servers_per_gpu`` CPU servers. Independent servers scale where vLLM's data parallel
+    behind one URL did not (a server's CPU work, not the GPU, caps it). Started together,
+    waited for together, stopped together; ``base_urls`` is what ``QwenClassifier(base_url=...)``
+    takes. ``router`` (a vllm-router policy, e.g. ``round_robin``) also starts vLLM's router in
+    front of them; ``url`` is then its single URL."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] = DEFAULT_MODEL,
+        *,
+        gpus: Sequence[int] = (),
+        servers_per_gpu: int = 1,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        router: str | None = None,
+        router_port: int = 0,
+        log_dir: str | os.PathLike[str] | None = None,
+        **settings: Any,
+    ) -> None:
+        if servers_per_gpu < 1:
+            raise ValueError("servers_per_gpu must be at least 1")
+        if router == "power_of_two" and len(gpus or [None]) * servers_per_gpu < 2:
+            raise ValueError("the power_of_two policy needs at least two servers")
+        slots: list[int | None] = [g for g in gpus for _ in range(servers_per_gpu)] or [None] * servers_per_gpu
+        log_root = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-group-"))
+        log_root.mkdir(parents=True, exist_ok=True)
+        base_env = dict(settings.pop("env", None) or {})
+        self.servers: list[VLLMServer] = []
+        for n, gpu in enumerate(slots):
+            env = dict(base_env)
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            self.servers.append(
+                VLLMServer(
+                    model,
+                    host=host,
+                    port=port + n if port else 0,
+                    env=env,
+                    log_path=log_root / f"server-{n}.log",
+                    **settings,
+                )
+            )
+        self.router_policy = router
+        self.router_port = router_port or free_port(host)
+        self.host = host
+        self.router_log = log_root / "router.log"
+        self._router: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        router = f", router={self.router_policy!r}" if self.router_policy else ""
+        logs = self.router_log.parent
+        return f"ServerGroup({len(self.servers)} servers of {self.servers[0].model!r}{router}, logs in {logs})"
+
+    @property
+    def base_urls(self) -> list[str]:
+        """Each server's ``…/v1`` URL."""
+        return [s.base_url for s in self.servers]
+
+    @property
+    def url(self) -> str | list[str]:
+        """The router's ``…/v1`` URL with a router, else the servers' URLs."""
+        return f"http://{self.host}:{self.router_port}/v1" if self.router_policy else self.base_urls
+
+    def router_command(self) -> list[str]:
+        """The vllm-router command line (its worker URLs have no ``/v1``)."""
+        router = shutil.which("vllm-router") or str(Path(sys.executable).with_name("vllm-router"))
+        workers = [u.removesuffix("/v1") for u in self.base_urls]
+        return [
+            router,
+            "--host",
+            self.host,
+            "--port",
+            str(self.router_port),
+            "--worker-urls",
+            *workers,
+            "--policy",
+            self.router_policy or "round_robin",
+        ]
+
+    def start(self) -> ServerGroup:
+        """Start every server (and the router), waiting until all answer; on any failure,
+        stop them all and raise."""
+        try:
+            for server in self.servers:
+                server.spawn()
+            for server in self.servers:
+                server.wait_ready()
+            if self.router_policy:
+                self._start_router()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_router(self) -> None:
+        command = self.router_command()
+        if not Path(command[0]).exists():
+            raise ServerStartError("vllm-router is not installed: pip install 'langchain-qwen-fast[router]'")
+        with open(self.router_log, "ab") as log:
+            self._router = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._router.poll() is not None:
+                raise ServerStartError(f"vllm-router exited (log {self.router_log}):\n{_tail(self.router_log)}")
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(f"http://{self.host}:{self.router_port}/v1/models", timeout=2) as reply,
+            ):
+                if reply.status == 200:
+                    return
+            time.sleep(0.3)
+        raise ServerStartError(f"vllm-router not answering after 60 s (log {self.router_log})")
+
+    def stop(self) -> None:
+        """Stop the router and every server; idempotent."""
+        if self._router is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._router.pid, signal.SIGTERM)
+            try:
+                self._router.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._router.pid, signal.SIGKILL)
+            self._router = None
+        for server in self.servers:
+            server.stop()
+
+    @property
+    def pids(self) -> list[int]:
+        """The process (and process group) ids of the running servers and router."""
+        ids = [s.pid for s in self.servers if s.pid is not None]
+        return ids + ([self._router.pid] if self._router is not None else [])
+
+    @property
+    def running(self) -> bool:
+        """True while every server runs."""
+        return all(s.running for s in self.servers)
+
+    def __enter__(self) -> ServerGroup:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

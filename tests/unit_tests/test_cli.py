@@ -154,3 +154,36 @@ def test_train_names_labels_the_label_set_lacks(capsys: pytest.CaptureFixture[st
     )
     assert code == 2
     assert "['z']" in err
+
+
+def test_serve_several_servers_and_a_router(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(
+        capsys, "serve", "--model", str(tmp_path), "--servers-per-gpu", "2", "--port", "8300", "--router",
+        "round_robin", "--router-port", "8399", "--print-command",
+    )  # fmt: skip
+    assert code == 0
+    lines = out.strip().splitlines()
+    ports = [shlex.split(line)[shlex.split(line).index("--port") + 1] for line in lines[:2]]
+    assert ports == ["8300", "8301"]
+    router = shlex.split(lines[2])
+    assert router[0].endswith("vllm-router") and router[router.index("--policy") + 1] == "round_robin"
+    at = router.index("--worker-urls")
+    assert router[at + 1 : at + 3] == ["http://127.0.0.1:8300", "http://127.0.0.1:8301"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--gpus", "all"], "no GPU answers"),
+        (["--gpus", "zero"], "indices"),
+        (["--router", "power_of_two", "--port", "8300"], "at least two servers"),
+        (["--servers-per-gpu", "2", "--port", "8300", "--log", "x.log"], "one log each"),
+    ],
+)
+def test_serve_group_mistakes_are_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, flags: list[str], message: str
+) -> None:
+    monkeypatch.setenv("PATH", "")  # no nvidia-smi: no GPU
+    code, _, err = run(capsys, "serve", *flags, "--print-command")
+    assert code == 2
+    assert message in err

@@ -1,0 +1,84 @@
+"""Several independent servers: started, waited for and stopped together; the classifier
+spreading over them from the URL file ``qwen-fast serve --urls-file`` writes; and vLLM's
+router in front of them passing everything the classifier sends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast.endpoints import write_urls
+from langchain_qwen_fast.samples import headlines
+from langchain_qwen_fast.server.launcher import ServerGroup
+from tests.integration_tests.conftest import NEWS_LABELS, ROOT, record_seconds
+from tests.integration_tests.test_server import group_alive
+
+
+def served_requests(base_url: str) -> float:
+    """Requests a server finished, from its Prometheus metrics (the cpu profile keeps stats)."""
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
+    )
+
+
+@pytest.fixture(scope="module")
+def group(tiny_model: Path) -> Iterator[ServerGroup]:
+    with ServerGroup(
+        tiny_model, servers_per_gpu=2, profile="cpu", router="round_robin", log_dir=ROOT / "out" / "test-group"
+    ) as started:
+        record_seconds("vLLM start-up, 2 servers started together + router", max(
+            s.startup_seconds or 0.0 for s in started.servers
+        ))  # fmt: skip
+        yield started
+
+
+def test_the_classifier_spreads_over_the_servers_in_a_urls_file(group: ServerGroup, tmp_path: Path) -> None:
+    urls = write_urls(tmp_path / "urls.txt", group.base_urls)
+    classifier = QwenClassifier(labels=NEWS_LABELS, base_url=str(urls), batch_size=8, max_concurrency=4)
+    assert classifier.base_url == group.base_urls
+    before = [served_requests(u) for u in group.base_urls]
+    results = classifier.batch(headlines(256))
+    after = [served_requests(u) for u in group.base_urls]
+    assert all(r.label in NEWS_LABELS for r in results)
+    assert all(b - a >= 4 for a, b in zip(before, after))  # 32 grouped requests, spread over both
+    assert sum(after) - sum(before) >= 32
+
+
+def test_the_environment_variable_names_the_servers(group: ServerGroup, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QWEN_FAST_BASE_URL", ",".join(group.base_urls))
+    classifier = QwenClassifier(labels=NEWS_LABELS)
+    assert classifier.base_url == group.base_urls
+    assert classifier.invoke("Stocks rally as rates fall").label in NEWS_LABELS
+
+
+def test_the_router_passes_what_the_classifier_sends(group: ServerGroup, tiny_model: Path) -> None:
+    assert isinstance(group.url, str)
+    before = [served_requests(u) for u in group.base_urls]
+    texts = headlines(128)
+    direct = QwenClassifier(labels=NEWS_LABELS, base_url=group.base_urls[0]).batch(texts)
+    # Set-up (/v1/models, /tokenize), grouped text prompts, then token-id prompts, all through the router.
+    routed = QwenClassifier(labels=NEWS_LABELS, base_url=group.url, batch_size=16).batch(texts)
+    with_ids = QwenClassifier(labels=NEWS_LABELS, base_url=group.url, tokenizer_path=str(tiny_model)).batch(texts)
+    assert [r.label for r in routed] == [r.label for r in direct] == [r.label for r in with_ids]
+    for a, b in zip(direct, routed):
+        assert b.scores == pytest.approx(a.scores, abs=1e-4)
+    after = [served_requests(u) for u in group.base_urls]
+    assert all(b - a >= 4 for a, b in zip(before, after))  # round robin reached both workers
+
+
+def test_the_group_stops_every_process(group: ServerGroup) -> None:
+    """Last in this file: stops the module's group (its fixture's own stop is then a no-op)."""
+    pids = group.pids
+    assert len(pids) == 3  # two servers and the router, each its own process group
+    group.stop()
+    assert not group.running and group.pids == []
+    deadline = time.monotonic() + 20  # SIGKILLed workers are reaped by init a moment later
+    while any(group_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(group_alive(pid) for pid in pids)
