@@ -234,7 +234,14 @@ def plot_calibration(report: dict[str, Any], out: Path) -> list[Path]:
     if report.get("abstain_below") is not None:
         ax.axhline(report["target_accuracy"], color="grey", linestyle=":")
         ax.plot([report["coverage_at_target"]], [report["accuracy_at_target"]], marker="o", color="red")
-        ax.annotate(f"abstain_below {report['abstain_below']:.3f}", (report["coverage_at_target"], 1.0), fontsize=8)
+        ax.text(
+            0.03,
+            0.05,
+            f"abstain_below {report['abstain_below']:.3f}: accuracy {report['accuracy_at_target']:.3f} "
+            f"answering {report['coverage_at_target']:.1%}",
+            transform=ax.transAxes,
+            fontsize=8,
+        )
     ax.set(xlabel="coverage (answered share)", ylabel="accuracy of answered", xlim=(0, 1.02), title="coverage")
     fig.tight_layout()
     written.append(out / "coverage.png")
