@@ -204,6 +204,32 @@ def test_sft_training_learns_from_chance(
     assert saved["labels"] == LABELS and saved["mode"] == "generate"
 
 
+def test_a_lora_head_learns_exports_merged_and_stops_early(
+    tiny_model: Path, work: Path, held_out: list[tuple[str, str]]
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    options = TrainOptions(
+        method="head",
+        base_model=str(tiny_model),
+        out=str(work / "lora-head"),
+        lora=True,
+        learning_rate=3e-3,
+        epochs=6,
+        patience=1,
+        progress=False,
+    )
+    report = train(labelled_news(1200, 0), LABELS, options)
+    record_seconds("train head with LoRA (1,200 headlines)", report["train_seconds"])
+    history = report["history"]
+    # Early stopping: it ran until one epoch brought no better macro-F1 (or the epochs ran out).
+    assert len(history) == min(options.epochs, report["best_epoch"] + options.patience)
+    model = AutoModelForSequenceClassification.from_pretrained(work / "lora-head")  # merged: a plain checkpoint
+    assert not any("lora" in name for name, _ in model.named_parameters())
+    rows = score(_task("head", work / "lora-head"), model, [t for t, _ in held_out])
+    assert _accuracy(rows, held_out, LABELS) >= 0.9
+
+
 def test_resumed_training_equals_an_uninterrupted_run(tiny_model: Path, work: Path) -> None:
     items = labelled_news(240, 5)
 
