@@ -39,6 +39,16 @@ def test_example_runs(server_url: str, name: str, expect: str) -> None:
     assert expect in run_example(name, "--base-url", server_url)
 
 
+def test_accuracy_loop_example(tiny_model: Path, tmp_path: Path) -> None:
+    """The README's four commands: train, serve, eval --calibrate --save-calibration, load."""
+    printed = run_example("accuracy_loop.py", "--work", str(tmp_path))
+    assert "calibrated classifier: temperature" in printed
+    saved = json.loads((tmp_path / "model" / "classifier.json").read_text())["config"]
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert saved["temperature"] == report["calibration"]["temperature"] != 1.0
+    assert report["accuracy"] >= 0.9  # trained on generated headlines, validated on others
+
+
 def test_classify_file_example(server_url: str, tmp_path: Path) -> None:
     out = tmp_path / "labels.jsonl"
     printed = run_example(
