@@ -72,9 +72,8 @@ def main() -> None:
 
         # 4. Use it: the saved, calibrated classifier.
         classifier = QwenClassifier.load(model, base_url=url)
-        print(
-            f"\ncalibrated classifier: temperature {classifier.temperature:.3f}, abstain_below {classifier.abstain_below}"
-        )
+        threshold = classifier.abstain_below
+        print(f"\ncalibrated classifier: temperature {classifier.temperature:.3f}, abstain_below {threshold}")
         for headline, result in zip(SAMPLE_HEADLINES, classifier.batch(list(SAMPLE_HEADLINES))):
             label = result.label or "(abstains)"
             print(f"{label:<11} {max((result.scores or {}).values(), default=0):.2f}  {headline}")
