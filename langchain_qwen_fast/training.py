@@ -136,6 +136,11 @@ def split(
 class _Task:
     """How one method encodes items, computes its loss and scores texts."""
 
+    #: the torch device training runs on
+    device: Any = "cpu"
+    #: the classifier's prompt plan, where the model reads the classifier's prompt
+    plan: ClassifierPlan | None = None
+
     def __init__(self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any) -> None:
         self.options = options
         self.labels = list(labels)
@@ -154,10 +159,6 @@ class _Task:
             mask[row, : len(seq)] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    device: Any = "cpu"
-    #: the classifier's prompt plan, where the model reads the classifier's prompt
-    plan: ClassifierPlan | None = None
-
     def _prompt_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's prompt ids, exactly as the classifier sends them (first step)."""
         assert self.plan is not None
@@ -169,8 +170,6 @@ class _Task:
 class HeadTask(_Task):
     """``--method head``: a sequence-classification head on the last token of the bare text
     (``/classify``), or, with ``--export generate``, of the classifier's prompt."""
-
-    kind: Literal["head"] = "head"
 
     def __init__(self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any) -> None:
         super().__init__(options, labels, tokenizer, torch)
@@ -231,8 +230,6 @@ class HeadTask(_Task):
 
 class SFTTask(_Task):
     """``--method sft``: the classifier's prompt, trained to answer the label's token(s)."""
-
-    kind: Literal["sft"] = "sft"
 
     plan: ClassifierPlan
 

@@ -441,7 +441,7 @@ class ServerGroup:
                 )
             )
         self.router_policy = router
-        self.router_port = router_port or free_port(host)
+        self.router_port = router_port or (free_port(host) if router else 0)
         self.host = host
         self.router_log = log_root / "router.log"
         self._router: subprocess.Popen[bytes] | None = None

@@ -62,3 +62,30 @@ def test_quantization_option(tmp_path: Path) -> None:
     command = VLLMServer("m", profile="gpu", port=1, quantization="fp8", log_path=tmp_path / "l").command()
     assert command[command.index("--quantization") + 1] == "fp8"
     assert "--quantization" not in VLLMServer("m", profile="gpu", port=1, log_path=tmp_path / "l").command()
+
+
+def test_a_server_group_pins_each_server_to_its_gpu(tmp_path: Path) -> None:
+    from langchain_qwen_fast.server import ServerGroup
+
+    group = ServerGroup(
+        tmp_path, gpus=[0, 1], servers_per_gpu=2, port=9000, router="round_robin", router_port=9100,
+        profile="gpu", log_dir=tmp_path / "logs", env={"EXTRA": "1"},
+    )  # fmt: skip
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in group.servers] == ["0", "0", "1", "1"]
+    assert all(s.env["EXTRA"] == "1" for s in group.servers)
+    assert group.base_urls == [f"http://127.0.0.1:{9000 + n}/v1" for n in range(4)]
+    assert group.url == "http://127.0.0.1:9100/v1"
+    assert len({s.log_path for s in group.servers}) == 4
+    kv = [s.command()[s.command().index("--kv-cache-memory-bytes") + 1] for s in group.servers]
+    assert kv == ["2G"] * 4  # each keeps the job-sized cache, so several share a card
+    assert not group.running and group.pids == []
+
+
+def test_a_server_group_without_gpus_runs_cpu_servers(tmp_path: Path) -> None:
+    from langchain_qwen_fast.server import ServerGroup
+
+    group = ServerGroup(tmp_path, servers_per_gpu=3, port=9000, profile="cpu", log_dir=tmp_path)
+    assert len(group.servers) == 3 and all("CUDA_VISIBLE_DEVICES" not in s.env for s in group.servers)
+    assert group.url == group.base_urls  # no router: the list
+    with pytest.raises(ValueError, match="at least 1"):
+        ServerGroup(tmp_path, servers_per_gpu=0, port=9000)
