@@ -150,8 +150,8 @@ def _serve_group(args: argparse.Namespace, adapters: dict[str, str]) -> int:
         for server in group.servers:
             env = {k: v for k, v in server.env.items() if k == "CUDA_VISIBLE_DEVICES"}
             print(" ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(server.command())]))
-        if args.router:
-            print(shlex.join(group.router_command()))
+        if group.router:
+            print(shlex.join(group.router.command()))
         return 0
     return _run_in_foreground(group, group.url, args.urls_file)
 

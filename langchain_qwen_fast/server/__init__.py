@@ -8,6 +8,7 @@ importing this module needs neither.
 from langchain_qwen_fast.server.launcher import (
     DEFAULT_MODEL,
     PROFILES,
+    Router,
     ServerGroup,
     ServerProfile,
     ServerStartError,
@@ -22,6 +23,7 @@ from langchain_qwen_fast.server.launcher import (
 __all__ = [
     "DEFAULT_MODEL",
     "PROFILES",
+    "Router",
     "ServerGroup",
     "ServerProfile",
     "ServerStartError",

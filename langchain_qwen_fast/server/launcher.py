@@ -395,6 +395,118 @@ def gpu_count() -> int:
     return sum(line.startswith("GPU ") for line in result.stdout.splitlines()) if result.returncode == 0 else 0
 
 
+class Router:
+    """vLLM's router (``vllm-router``, the ``router`` extra) in front of running servers: one
+    URL, load spread by ``policy`` (``round_robin``, or ``power_of_two`` with two workers or
+    more; not a prefix-affinity policy, since every classifier prompt shares its prefix).
+    ``worker_urls`` are the servers' base URLs, with or without ``/v1``; its Prometheus
+    metrics are on ``metrics_port`` (default: ``port + 1`` when ``port`` is given, else a
+    free port)."""
+
+    def __init__(
+        self,
+        worker_urls: Sequence[str],
+        policy: str = "round_robin",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        metrics_port: int = 0,
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        if policy == "power_of_two" and len(worker_urls) < 2:
+            raise ValueError("the power_of_two policy needs at least two servers")
+        self.worker_urls = [u.rstrip("/").removesuffix("/v1") for u in worker_urls]
+        self.policy = policy
+        self.host = host
+        # Its Prometheus exporter would take port 29000 by default: a second router on the
+        # host would then fail to start. Default: the port after a given one, else a free one.
+        self.metrics_port = metrics_port or (port + 1 if port else free_port(host))
+        self.port = port or free_port(host)
+        self.log_path = (
+            Path(log_path) if log_path is not None else Path(tempfile.mkdtemp(prefix="vllm-router-")) / "log"
+        )
+        self.startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"Router({self.policy!r}, {len(self.worker_urls)} workers, url={self.base_url!r})"
+
+    @property
+    def base_url(self) -> str:
+        """The router's ``…/v1`` URL."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        """The router's process (and process group) id, or None."""
+        return self._process.pid if self._process else None
+
+    def command(self) -> list[str]:
+        """The vllm-router command line."""
+        router = shutil.which("vllm-router") or str(Path(sys.executable).with_name("vllm-router"))
+        return [
+            router,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--worker-urls",
+            *self.worker_urls,
+            "--policy",
+            self.policy,
+            "--prometheus-host",
+            self.host,
+            "--prometheus-port",
+            str(self.metrics_port),
+        ]
+
+    def start(self) -> Router:
+        """Start the router and wait until it answers ``/v1/models``."""
+        command = self.command()
+        if not Path(command[0]).exists():
+            raise ServerStartError("vllm-router is not installed: pip install 'langchain-qwen-fast[router]'")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                self._process = None
+                raise ServerStartError(f"vllm-router exited (log {self.log_path}):\n{_tail(self.log_path)}")
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as reply,
+            ):
+                if reply.status == 200:
+                    return self
+            time.sleep(0.3)
+        self.stop()
+        raise ServerStartError(f"vllm-router not answering after {self.startup_timeout:.0f} s (log {self.log_path})")
+
+    def stop(self) -> None:
+        """Stop the router; idempotent."""
+        if self._process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGTERM)
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait(10)
+        self._process = None
+
+    def __enter__(self) -> Router:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class ServerGroup:
     """Independent vLLM servers of one model: ``servers_per_gpu`` on each GPU in ``gpus``
     (each sees only its GPU, with the profile's job-sized KV cache), or, without GPUs,
@@ -419,8 +531,6 @@ class ServerGroup:
     ) -> None:
         if servers_per_gpu < 1:
             raise ValueError("servers_per_gpu must be at least 1")
-        if router == "power_of_two" and len(gpus or [None]) * servers_per_gpu < 2:
-            raise ValueError("the power_of_two policy needs at least two servers")
         slots: list[int | None] = [g for g in gpus for _ in range(servers_per_gpu)] or [None] * servers_per_gpu
         log_root = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-group-"))
         log_root.mkdir(parents=True, exist_ok=True)
@@ -440,16 +550,24 @@ class ServerGroup:
                     **settings,
                 )
             )
-        self.router_policy = router
-        self.router_port = router_port or (free_port(host) if router else 0)
         self.host = host
-        self.router_log = log_root / "router.log"
-        self._router: subprocess.Popen[bytes] | None = None
+        self.router = (
+            Router(
+                [server.base_url for server in self.servers],
+                router,
+                host=host,
+                port=router_port,
+                log_path=log_root / "router.log",
+            )
+            if router
+            else None
+        )
+        self.log_dir = log_root
 
     def __repr__(self) -> str:
-        router = f", router={self.router_policy!r}" if self.router_policy else ""
-        logs = self.router_log.parent
-        return f"ServerGroup({len(self.servers)} servers of {self.servers[0].model!r}{router}, logs in {logs})"
+        router = f", router={self.router.policy!r}" if self.router else ""
+        model = self.servers[0].model
+        return f"ServerGroup({len(self.servers)} servers of {model!r}{router}, logs in {self.log_dir})"
 
     @property
     def base_urls(self) -> list[str]:
@@ -459,23 +577,7 @@ class ServerGroup:
     @property
     def url(self) -> str | list[str]:
         """The router's ``…/v1`` URL with a router, else the servers' URLs."""
-        return f"http://{self.host}:{self.router_port}/v1" if self.router_policy else self.base_urls
-
-    def router_command(self) -> list[str]:
-        """The vllm-router command line (its worker URLs have no ``/v1``)."""
-        router = shutil.which("vllm-router") or str(Path(sys.executable).with_name("vllm-router"))
-        workers = [u.removesuffix("/v1") for u in self.base_urls]
-        return [
-            router,
-            "--host",
-            self.host,
-            "--port",
-            str(self.router_port),
-            "--worker-urls",
-            *workers,
-            "--policy",
-            self.router_policy or "round_robin",
-        ]
+        return self.router.base_url if self.router else self.base_urls
 
     def start(self) -> ServerGroup:
         """Start every server (and the router), waiting until all answer; on any failure,
@@ -485,45 +587,17 @@ class ServerGroup:
                 server.spawn()
             for server in self.servers:
                 server.wait_ready()
-            if self.router_policy:
-                self._start_router()
+            if self.router:
+                self.router.start()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _start_router(self) -> None:
-        command = self.router_command()
-        if not Path(command[0]).exists():
-            raise ServerStartError("vllm-router is not installed: pip install 'langchain-qwen-fast[router]'")
-        with open(self.router_log, "ab") as log:
-            self._router = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self._router.poll() is not None:
-                raise ServerStartError(f"vllm-router exited (log {self.router_log}):\n{_tail(self.router_log)}")
-            with (
-                contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(f"http://{self.host}:{self.router_port}/v1/models", timeout=2) as reply,
-            ):
-                if reply.status == 200:
-                    return
-            time.sleep(0.3)
-        raise ServerStartError(f"vllm-router not answering after 60 s (log {self.router_log})")
-
     def stop(self) -> None:
         """Stop the router and every server; idempotent."""
-        if self._router is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._router.pid, signal.SIGTERM)
-            try:
-                self._router.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._router.pid, signal.SIGKILL)
-            self._router = None
+        if self.router:
+            self.router.stop()
         for server in self.servers:
             server.stop()
 
@@ -531,7 +605,7 @@ class ServerGroup:
     def pids(self) -> list[int]:
         """The process (and process group) ids of the running servers and router."""
         ids = [s.pid for s in self.servers if s.pid is not None]
-        return ids + ([self._router.pid] if self._router is not None else [])
+        return ids + ([self.router.pid] if self.router and self.router.pid is not None else [])
 
     @property
     def running(self) -> bool:

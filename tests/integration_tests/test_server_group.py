@@ -1,6 +1,7 @@
 """Several independent servers: started, waited for and stopped together; the classifier
 spreading over them from the URL file ``qwen-fast serve --urls-file`` writes; and vLLM's
-router in front of them passing everything the classifier sends."""
+router in front of them passing everything the classifier sends (``/v1/models``,
+``/tokenize``, grouped text and token-id prompts, and ``/classify`` to a head server)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.endpoints import write_urls
 from langchain_qwen_fast.samples import headlines
-from langchain_qwen_fast.server.launcher import ServerGroup
+from langchain_qwen_fast.server.launcher import Router, ServerGroup
 from tests.integration_tests.conftest import NEWS_LABELS, ROOT, record_seconds
 from tests.integration_tests.test_server import group_alive
 
@@ -70,6 +71,18 @@ def test_the_router_passes_what_the_classifier_sends(group: ServerGroup, tiny_mo
         assert b.scores == pytest.approx(a.scores, abs=1e-4)
     after = [served_requests(u) for u in group.base_urls]
     assert all(b - a >= 4 for a, b in zip(before, after))  # round robin reached both workers
+
+
+def test_the_router_passes_classify_requests_to_a_head_server(head_server_url: str) -> None:
+    texts = headlines(64)
+    settings = {"labels": NEWS_LABELS, "model": "qwen3-cls", "mode": "head"}
+    direct = QwenClassifier(base_url=head_server_url, **settings).batch(texts)
+    log = ROOT / "out" / "test-router-head.log"
+    with Router([head_server_url], "round_robin", log_path=log) as router:
+        routed = QwenClassifier(base_url=router.base_url, batch_size=16, **settings).batch(texts)
+    assert [r.label for r in routed] == [r.label for r in direct]
+    for a, b in zip(direct, routed):
+        assert b.scores == pytest.approx(a.scores, abs=1e-4)
 
 
 def test_the_group_stops_every_process(group: ServerGroup) -> None:

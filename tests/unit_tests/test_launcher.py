@@ -89,3 +89,15 @@ def test_a_server_group_without_gpus_runs_cpu_servers(tmp_path: Path) -> None:
     assert group.url == group.base_urls  # no router: the list
     with pytest.raises(ValueError, match="at least 1"):
         ServerGroup(tmp_path, servers_per_gpu=0, port=9000)
+
+
+def test_a_router_takes_its_own_metrics_port() -> None:
+    from langchain_qwen_fast.server import Router
+
+    # vllm-router's Prometheus exporter defaults to port 29000: a second router would not start.
+    first, second = Router(["http://127.0.0.1:8000/v1"], port=9000), Router(["http://127.0.0.1:8001"], port=9002)
+    ports = [r.command()[r.command().index("--prometheus-port") + 1] for r in (first, second)]
+    assert ports == ["9001", "9003"]
+    assert first.command()[first.command().index("--worker-urls") + 1] == "http://127.0.0.1:8000"
+    with pytest.raises(ValueError, match="at least two"):
+        Router(["http://127.0.0.1:8000"], "power_of_two", port=9000)
