@@ -365,8 +365,7 @@ def train(
     if options.method == "sft" and options.export == "generate":
         raise ValueError("--export generate is for --method head (an SFT model is served by the generate runner)")
     out = Path(options.out)
-    random.seed(options.seed)
-    torch.manual_seed(options.seed)
+    torch.manual_seed(options.seed)  # the new head's and the LoRA weights' initialisation
     tokenizer = load_tokenizer(options.base_model)
     task = make_task(options, labels, tokenizer)
     index = {label: i for i, label in enumerate(labels)}
