@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.server.launcher import ServerGroup, VLLMServer
@@ -133,18 +133,9 @@ def _serve_group(args: argparse.Namespace, adapters: dict[str, str]) -> int:
         args.model,
         gpus=_gpu_list(args.gpus),
         servers_per_gpu=args.servers_per_gpu,
-        host=args.host,
-        port=args.port,
         router=args.router,
         router_port=args.router_port,
-        profile=args.profile,
-        served_model_name=args.served_model_name,
-        max_model_len=args.max_model_len,
-        api_key=args.api_key,
-        quantization=args.quantization,
-        lora=adapters,
-        extra_args=[a for a in args.vllm_args if a != "--"],
-        startup_timeout=args.timeout,
+        **_server_settings(args, adapters),
     )
     if args.print_command:
         for server in group.servers:
@@ -156,23 +147,26 @@ def _serve_group(args: argparse.Namespace, adapters: dict[str, str]) -> int:
     return _run_in_foreground(group, group.url, args.urls_file)
 
 
+def _server_settings(args: argparse.Namespace, adapters: dict[str, str]) -> dict[str, Any]:
+    """What ``serve``'s flags set on each server."""
+    return {
+        "host": args.host,
+        "port": args.port,
+        "profile": args.profile,
+        "served_model_name": args.served_model_name,
+        "max_model_len": args.max_model_len,
+        "api_key": args.api_key,
+        "quantization": args.quantization,
+        "lora": adapters,
+        "extra_args": [a for a in args.vllm_args if a != "--"],
+        "startup_timeout": args.timeout,
+    }
+
+
 def _server(args: argparse.Namespace, adapters: dict[str, str]) -> VLLMServer:
     from langchain_qwen_fast.server.launcher import VLLMServer
 
-    return VLLMServer(
-        args.model,
-        profile=args.profile,
-        host=args.host,
-        port=args.port,
-        served_model_name=args.served_model_name,
-        max_model_len=args.max_model_len,
-        api_key=args.api_key,
-        quantization=args.quantization,
-        lora=adapters,
-        extra_args=[a for a in args.vllm_args if a != "--"],
-        log_path=args.log,
-        startup_timeout=args.timeout,
-    )
+    return VLLMServer(args.model, log_path=args.log, **_server_settings(args, adapters))
 
 
 def _run_in_foreground(server: VLLMServer | ServerGroup, url: str | list[str], urls_file: str | None) -> int:

@@ -159,6 +159,22 @@ class _Task:
             mask[row, : len(seq)] = 1
         return ids.to(self.device), mask.to(self.device)
 
+    def _with_lora(self, model: Any, task_type: str, **extra: Any) -> Any:
+        """``model`` with LoRA adapters on every projection when the options ask for LoRA."""
+        if not self.options.uses_lora:
+            return model
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(
+            task_type=task_type,
+            r=self.options.lora_rank,
+            lora_alpha=self.options.lora_alpha,
+            lora_dropout=0.0,
+            target_modules=list(_LORA_TARGETS),
+            **extra,
+        )
+        return get_peft_model(model, config)
+
     def _prompt_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's prompt ids, exactly as the classifier sends them (first step)."""
         assert self.plan is not None
@@ -192,19 +208,7 @@ class HeadTask(_Task):
             pad_token_id=self.pad_id,
             dtype=self.torch.float32,
         )
-        if self.options.uses_lora:
-            from peft import LoraConfig, TaskType, get_peft_model
-
-            config = LoraConfig(
-                task_type=TaskType.SEQ_CLS,
-                r=self.options.lora_rank,
-                lora_alpha=self.options.lora_alpha,
-                lora_dropout=0.0,
-                target_modules=list(_LORA_TARGETS),
-                modules_to_save=["score"],
-            )
-            model = get_peft_model(model, config)
-        return model
+        return self._with_lora(model, "SEQ_CLS", modules_to_save=["score"])
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's token ids as the server reads them: the bare text (``/classify``), or
@@ -243,18 +247,7 @@ class SFTTask(_Task):
         from transformers import AutoModelForCausalLM
 
         model: Any = AutoModelForCausalLM.from_pretrained(base_model, dtype=self.torch.float32)
-        if self.options.uses_lora:
-            from peft import LoraConfig, TaskType, get_peft_model
-
-            config = LoraConfig(
-                task_type=TaskType.CAUSAL_LM,
-                r=self.options.lora_rank,
-                lora_alpha=self.options.lora_alpha,
-                lora_dropout=0.0,
-                target_modules=list(_LORA_TARGETS),
-            )
-            model = get_peft_model(model, config)
-        return model
+        return self._with_lora(model, "CAUSAL_LM")
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's prompt ids, exactly as the classifier sends them (first step)."""
