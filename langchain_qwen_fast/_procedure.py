@@ -39,6 +39,21 @@ _ENCODE_SLICE = 1024
 # Prompts whose token ids the set-up compares with the server's, to catch a wrong tokenizer.
 _TOKENIZER_SAMPLES = ("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace")
 
+# Prompts per request when the classifier picks (see group_size). Bigger requests cut the
+# client's and the API server's per-request work; past 256 they only delay the first
+# answers (H200 sweeps: 256 per request was within noise of the best in every layout).
+MIN_GROUP = 16
+MAX_GROUP = 256
+
+
+def group_size(prompts: int, in_flight: int) -> int:
+    """Prompts per request for ``prompts`` prompts with ``in_flight`` requests allowed at
+    once: an equal share for each slot in flight, so every slot (every replica's share) is
+    busy, within ``MIN_GROUP``..``MAX_GROUP``."""
+    share = -(-prompts // max(1, in_flight))
+    return max(MIN_GROUP, min(MAX_GROUP, share))
+
+
 #: A node of a label hierarchy: () for the top level, (parent,) for its children, ...
 Node = tuple[str, ...]
 
@@ -60,7 +75,8 @@ class Procedure:
 
     model: str
     mode: Literal["generate", "head"]
-    batch_size: int
+    #: prompts per request; None: :func:`group_size` per call
+    batch_size: int | None
     rules: Rules
     #: label sets by hierarchy node (a flat classifier has only the top node)
     label_sets: Mapping[Node, LabelSet]
@@ -212,13 +228,21 @@ class Procedure:
         inputs: Sequence[Any],
         plans: Mapping[Node, ClassifierPlan],
         examples: Sequence[str | Exception] | None = None,
+        *,
+        in_flight: int = 1,
+        group: int | None = None,
     ) -> Steps[list[Any]]:
         """Classify ``inputs`` down the hierarchy; every slot ends as a Classification or an
-        exception, in input order. ``examples``: each input's selected examples, rendered."""
-        results = yield from self._level_steps(inputs, plans[()], (), examples)
+        exception, in input order. ``examples``: each input's selected examples, rendered.
+        Prompts per request: ``group``, else the classifier's ``batch_size``, else
+        :func:`group_size` for ``in_flight`` requests at once."""
+        if group is not None and group != self.batch_size:
+            sized = dataclasses.replace(self, batch_size=group)
+            return (yield from sized.classify_steps(inputs, plans, examples, in_flight=in_flight))
+        results = yield from self._level_steps(inputs, plans[()], (), examples, in_flight)
         if len(plans) > 1:  # a hierarchy: every result carries its path
             results = [_with_path(r) if isinstance(r, Classification) else r for r in results]
-            yield from self._descend(inputs, plans, (), results, examples)
+            yield from self._descend(inputs, plans, (), results, examples, in_flight)
         return results
 
     def _descend(
@@ -228,6 +252,7 @@ class Procedure:
         node: Node,
         results: list[Any],
         examples: Sequence[str | Exception] | None,
+        in_flight: int,
     ) -> Steps[None]:
         for label in plans[node].label_set.labels:
             child = (*node, label)
@@ -237,13 +262,18 @@ class Procedure:
             if not here:
                 continue
             sub_examples = [examples[i] for i in here] if examples is not None else None
-            sub = yield from self._level_steps([inputs[i] for i in here], plans[child], child, sub_examples)
+            sub = yield from self._level_steps([inputs[i] for i in here], plans[child], child, sub_examples, in_flight)
             for i, result in zip(here, sub, strict=True):
                 results[i] = result if isinstance(result, Exception) else _below(results[i], result)
-            yield from self._descend(inputs, plans, child, results, examples)
+            yield from self._descend(inputs, plans, child, results, examples, in_flight)
 
     def _level_steps(
-        self, inputs: Sequence[Any], plan: ClassifierPlan, node: Node, examples: Sequence[str | Exception] | None
+        self,
+        inputs: Sequence[Any],
+        plan: ClassifierPlan,
+        node: Node,
+        examples: Sequence[str | Exception] | None,
+        in_flight: int,
     ) -> Steps[list[Any]]:
         results: list[Any] = [None] * len(inputs)
         # Identical texts (with identical examples) are asked once and answered in every place.
@@ -292,7 +322,7 @@ class Procedure:
                 yield []
             pending = [b for b in pending if outcome.get(b) is None]
 
-        answers = yield from self._ask_steps(plan, pending, prompt_of)
+        answers = yield from self._ask_steps(plan, pending, prompt_of, in_flight)
         for body in pending:
             got = answers[body]
             failed = next((a for a in got if isinstance(a, Exception)), None)
@@ -312,7 +342,7 @@ class Procedure:
         return results
 
     def _ask_steps(
-        self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]]
+        self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], in_flight: int
     ) -> Steps[dict[str, list[Any]]]:
         """Every step of every body, in grouped requests; each answer, or the exception that
         ended its request, by body and step."""
@@ -332,7 +362,10 @@ class Procedure:
         for body in bodies:
             for k, step in enumerate(plan.steps):
                 kinds.setdefault(step.allowed, []).append((body, k))
-        groups = [q[i : i + self.batch_size] for q in kinds.values() for i in range(0, len(q), self.batch_size)]
+        groups = []
+        for q in kinds.values():
+            size = self.batch_size or group_size(len(q), in_flight)
+            groups += [q[i : i + size] for i in range(0, len(q), size)]
         while groups:
             calls = [vllm_api.classify_call(plan, self.model, g[0][1], [prompt(b, k) for b, k in g]) for g in groups]
             replies = yield calls

@@ -24,7 +24,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils import secret_from_env
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
-from langchain_qwen_fast._procedure import Node, Procedure, Rules
+from langchain_qwen_fast._procedure import Node, Procedure, Rules, group_size
 from langchain_qwen_fast._transport import RetryPolicy, Transport, adrive, drive
 from langchain_qwen_fast.caches import ClassificationCache
 from langchain_qwen_fast.chat_models import ChatQwenFast
@@ -37,6 +37,9 @@ from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool
 # Per-item run bookkeeping in a big async batch is done in slices with a yield to the event
 # loop between them (measured in tests/integration_tests/reliability).
 _RUNS_PER_SLICE = 512
+#: Requests in flight per replica by default: on an H200 server, 8 requests of 256 prompts
+#: kept it as busy as any point of a group size x in-flight sweep (docs/benchmarks.md).
+IN_FLIGHT_PER_REPLICA = 8
 _SAVED_FORMAT = "langchain-qwen-fast/classifier"
 _SAVED_VERSION = 1
 
@@ -102,10 +105,13 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """Retries after the first try, for connection errors, timeouts, 429 and 5xx."""
     retry_deadline: float = Field(default=60.0, gt=0)
     """No retry wait starts that would end more than this many seconds after the first try."""
-    batch_size: int = Field(default=64, ge=1)
-    """Prompts per request in ``batch``/``abatch``."""
-    max_concurrency: int = Field(default=8, ge=1)
-    """Requests in flight in ``batch``/``abatch`` unless the run config sets ``max_concurrency``."""
+    batch_size: int | None = Field(default=None, ge=1)
+    """Prompts per request in ``batch``/``abatch``. None (default): picked per call, an equal
+    share of the call's prompts for each request in flight, 16 to 256 (so a big batch goes in
+    requests of 256 and a small one still uses every replica)."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Requests in flight in ``batch``/``abatch`` unless the run config sets
+    ``max_concurrency``. None (default): 8 per replica in ``base_url``."""
     abstain_below: float | None = Field(default=None, gt=0, lt=1)
     """If set, a best-label probability below it gives an abstained result (label None)."""
     temperature: float = Field(default=1.0, gt=0)
@@ -177,12 +183,13 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                 raise ValueError(f"threshold given for unknown labels: {unknown}")
         if self.multi_label and self.abstain_below is not None:
             raise ValueError("abstain_below is for single-label classifiers; multi-label ones use threshold")
+        urls = [self.base_url] if isinstance(self.base_url, str) else self.base_url
         self._transport = Transport(
-            self.base_url,
+            urls,
             api_key=self.api_key.get_secret_value() if self.api_key else None,
             timeout=self.timeout,
             retry=RetryPolicy(max_attempts=self.max_retries + 1, deadline=self.retry_deadline),
-            pool_size=max(self.max_concurrency, 16),
+            pool_size=max(self.max_concurrency or 0, IN_FLIGHT_PER_REPLICA * len(urls), 16),
             http_transport=self.http_transport,
         )
         thresholds = self.threshold if isinstance(self.threshold, dict) else dict.fromkeys(flat, self.threshold)
@@ -334,7 +341,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if self._plans is None:
             with self._plan_lock:
                 if self._plans is None:
-                    self._plans = drive(self._transport, self._procedure.setup_steps(), self.max_concurrency)
+                    self._plans = drive(self._transport, self._procedure.setup_steps(), self._concurrency(None))
         return self._plans
 
     async def _aget_plans(self) -> dict[Node, ClassifierPlan]:
@@ -343,14 +350,16 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             lock = self._aplan_locks.setdefault(loop, asyncio.Lock())
             async with lock:
                 if self._plans is None:
-                    self._plans = await adrive(self._transport, self._procedure.setup_steps(), self.max_concurrency)
+                    self._plans = await adrive(self._transport, self._procedure.setup_steps(), self._concurrency(None))
         return self._plans
 
     # -- classification: one procedure for sync and async ------------------------------
     def _concurrency(self, config: RunnableConfig | Sequence[RunnableConfig] | None) -> int:
+        """Requests in flight: the run config's ``max_concurrency``, else the classifier's,
+        else ``IN_FLIGHT_PER_REPLICA`` for each replica."""
         first = config[0] if isinstance(config, Sequence) and config else config
         value = first.get("max_concurrency") if isinstance(first, Mapping) else None
-        return int(value or self.max_concurrency)
+        return int(value or self.max_concurrency or IN_FLIGHT_PER_REPLICA * self._transport.replicas.count)
 
     def _selected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str | Exception] | None:
         """Each input's selected examples, rendered, or the error selecting them raised (that
@@ -387,23 +396,25 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         label_set = plans[()].label_set
         return label_set.render_examples([check_example(e, label_set.labels, label_set.multi_label) for e in picked])
 
-    def _classify(self, inputs: list[Any], config: Any = None) -> list[Any]:
+    def _classify(self, inputs: list[Any], config: Any = None, group: int | None = None) -> list[Any]:
         try:
             plans = self._get_plans()
             examples = self._selected(inputs, plans)
         except Exception as exc:
             return [exc] * len(inputs)
-        steps = self._procedure.classify_steps(inputs, plans, examples)
-        return drive(self._transport, steps, self._concurrency(config))
+        in_flight = self._concurrency(config)
+        steps = self._procedure.classify_steps(inputs, plans, examples, in_flight=in_flight, group=group)
+        return drive(self._transport, steps, in_flight)
 
-    async def _aclassify(self, inputs: list[Any], config: Any = None) -> list[Any]:
+    async def _aclassify(self, inputs: list[Any], config: Any = None, group: int | None = None) -> list[Any]:
         try:
             plans = await self._aget_plans()
             examples = await self._aselected(inputs, plans)
         except Exception as exc:
             return [exc] * len(inputs)
-        steps = self._procedure.classify_steps(inputs, plans, examples)
-        return await adrive(self._transport, steps, self._concurrency(config))
+        in_flight = self._concurrency(config)
+        steps = self._procedure.classify_steps(inputs, plans, examples, in_flight=in_flight, group=group)
+        return await adrive(self._transport, steps, in_flight)
 
     # -- Runnable interface ----------------------------------------------------------
     # invoke/ainvoke open the run themselves rather than through Runnable._call_with_config:
@@ -469,6 +480,10 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         (raised unless ``return_exceptions``)."""
         return self._batch_with_config(self._classify, list(inputs), config, return_exceptions=return_exceptions)
 
+    def _batch_group(self, inputs: list[Any], config: Any) -> list[Any]:
+        """One group of :meth:`batch_as_completed`: a batch sent as requests of the whole group."""
+        return self._batch_with_config(self._classify, inputs, config, return_exceptions=True, group=len(inputs))
+
     async def abatch(
         self,
         inputs: Sequence[ClassifierInput],
@@ -481,6 +496,16 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         # run bookkeeping is done in slices with a yield between them: done in one go it holds
         # the event loop for ~40 µs an item, most of a second for 20,000 items.
         """Async :meth:`batch`."""
+        results = await self._abatch(list(inputs), config, None)
+        if not return_exceptions:
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+        return results
+
+    async def _abatch(
+        self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None, group: int | None
+    ) -> list[Any]:
         if not inputs:
             return []
         configs = config if isinstance(config, list) else None
@@ -499,7 +524,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             )
             item_configs += sliced
             await asyncio.sleep(0)
-        results = await self._aclassify(list(inputs), item_configs)
+        results = await self._aclassify(inputs, item_configs, group)
         for start in range(0, len(results), _RUNS_PER_SLICE):
             await asyncio.gather(
                 *(
@@ -508,10 +533,6 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                 )
             )
             await asyncio.sleep(0)
-        if not return_exceptions:
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
         return results
 
     def batch_as_completed(  # type: ignore[override]
@@ -524,10 +545,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     ) -> Iterator[tuple[int, Classification | Exception]]:
         """Yield ``(index, result)`` as each group of ``batch_size`` inputs lands: the same
         grouped requests as :meth:`batch`, with results as soon as their group is done."""
-        chunks = _chunks(list(inputs), config, self.batch_size)
-        workers = max(1, min(self._concurrency(_first(config)), len(chunks)))
+        in_flight = self._concurrency(_first(config))
+        chunks = _chunks(list(inputs), config, self.batch_size or group_size(len(inputs), in_flight))
+        workers = max(1, min(in_flight, len(chunks)))
         with ThreadPoolExecutor(workers, thread_name_prefix="qwen-fast-group") as pool:
-            futures = {pool.submit(self.batch, part, cfg, return_exceptions=True): start for start, part, cfg in chunks}
+            futures = {pool.submit(self._batch_group, part, cfg): start for start, part, cfg in chunks}
             for future in as_completed(futures):
                 for offset, result in enumerate(future.result()):
                     if isinstance(result, Exception) and not return_exceptions:
@@ -543,12 +565,13 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         **kwargs: Any,
     ) -> AsyncIterator[tuple[int, Classification | Exception]]:
         """Async :meth:`batch_as_completed`."""
-        chunks = _chunks(list(inputs), config, self.batch_size)
-        gate = asyncio.Semaphore(self._concurrency(_first(config)))
+        in_flight = self._concurrency(_first(config))
+        chunks = _chunks(list(inputs), config, self.batch_size or group_size(len(inputs), in_flight))
+        gate = asyncio.Semaphore(in_flight)
 
         async def run(start: int, part: list[Any], cfg: Any) -> tuple[int, list[Any]]:
             async with gate:
-                return start, await self.abatch(part, cfg, return_exceptions=True)
+                return start, await self._abatch(part, cfg, len(part))
 
         tasks = [asyncio.ensure_future(run(*chunk)) for chunk in chunks]
         try:

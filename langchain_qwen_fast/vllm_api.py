@@ -87,12 +87,15 @@ def completions_body(plan: ClassifierPlan, model: str, step: int, prompts: Seque
         body["structured_outputs"] = {"choice": list(plan.label_set.labels)}
         return body
     allowed = list(plan.steps[step].allowed)
-    body["allowed_token_ids"] = allowed
     body["return_tokens_as_token_ids"] = True
     if plan.has_logprob_token_ids:
+        # Every answer token's logprob comes back whatever token is sampled, so the sampled
+        # one is not read and not restricted: vLLM's allowed_token_ids costs its engine a
+        # vocabulary-sized mask row per prompt, built on the CPU and copied every step.
         body["logprobs"] = 1
         body["logprob_token_ids"] = allowed
     else:
+        body["allowed_token_ids"] = allowed
         body["logprobs"] = TOP_LOGPROBS_FALLBACK  # answers outside the top-k get probability 0
     return body
 
@@ -140,18 +143,26 @@ def parse_constrained(plan: ClassifierPlan, choice: Any) -> Answer:
 
 
 def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> Answer:
-    """A one-token completion: the logprobs of the step's answer tokens (the chosen one always)."""
+    """A one-token completion: the logprobs of the step's answer tokens. Asked with
+    ``logprob_token_ids``, those are all there and the sampled token is not read; otherwise
+    the sampled token (limited to the answer tokens) and the top-k are."""
+    allowed = plan.steps[step].allowed
     try:
         text = choice["text"]
         if not isinstance(text, str):
             raise TypeError(f"choice text is {type(text).__name__}")
         logprobs = choice["logprobs"]
-        chosen = token_id(logprobs["tokens"][0])
         answer = {token_id(k): float(v) for k, v in (logprobs["top_logprobs"][0] or {}).items()}
+        if plan.has_logprob_token_ids:
+            missing = [t for t in allowed if t not in answer]
+            if missing:
+                raise ValueError(f"no logprob for answer tokens {missing[:5]}")
+            return {t: answer[t] for t in allowed}
+        chosen = token_id(logprobs["tokens"][0])
         answer.setdefault(chosen, float(logprobs["token_logprobs"][0]))
     except _REPLY_ERRORS as exc:
         raise ResponseFormatError(f"completion choice lacks expected fields: {exc!r}") from None
-    if chosen not in plan.steps[step].allowed:
+    if chosen not in allowed:
         raise LabelParseError(
             f"model replied token {chosen} ({text!r}), which answers no label "
             "(the server did not honour allowed_token_ids?)",

@@ -20,9 +20,9 @@ from langchain_qwen_fast import (
     Classification,
     ContextLengthError,
     InvalidInputError,
-    LabelParseError,
     QwenClassifier,
     QwenFastError,
+    ResponseFormatError,
     ServerConnectionError,
     ServerStatusError,
 )
@@ -162,7 +162,7 @@ def test_requests_are_lean_thinking_off_no_streaming(proxy: FaultProxy) -> None:
     assert body["stream"] is False
     assert body["temperature"] == 0
     assert body["max_tokens"] == 1
-    assert len(body["allowed_token_ids"]) == len(NEWS_LABELS)
+    assert len(body["logprob_token_ids"]) == len(NEWS_LABELS) and "allowed_token_ids" not in body
     for prompt in body["prompt"]:
         # Thinking off: the assistant turn opens with an empty think block, as Qwen3's
         # template renders enable_thinking=False.
@@ -343,7 +343,7 @@ def test_bad_request_in_a_group_fails_only_its_item(proxy: FaultProxy, news_text
     assert all(isinstance(r, Classification) for r in results)
 
 
-def test_reply_that_is_no_label_is_an_error(proxy: FaultProxy) -> None:
+def test_reply_without_the_label_logprobs_is_an_error(proxy: FaultProxy) -> None:
     classifier = make(proxy.base_url)
     classifier.invoke("warm up")
 
@@ -351,10 +351,11 @@ def test_reply_that_is_no_label_is_an_error(proxy: FaultProxy) -> None:
         for choice in reply["choices"]:
             choice["text"] = "HACKED"
             choice["logprobs"]["tokens"] = ["token_id:39"]
+            choice["logprobs"]["top_logprobs"] = [{"token_id:39": -0.1}]
         return reply
 
     proxy.inject("/v1/completions", Fault.rewrite_reply(off_label))
-    with pytest.raises(LabelParseError, match="answers no label"):
+    with pytest.raises(ResponseFormatError, match="no logprob for answer tokens"):
         classifier.invoke("Rates rise")
 
 

@@ -25,6 +25,10 @@ _TOKEN = re.compile(r"<\|[a-z_]+\|>|</?think>|\w+|[^\w\s]|\s+")
 _VOCAB: dict[int, str] = {}
 
 
+#: The token an unrestricted (no allowed_token_ids) completion samples: one that answers no label.
+UNRESTRICTED_CHOICE = 3
+
+
 def toy_tokenize(text: str) -> list[int]:
     """Words, punctuation marks, runs of whitespace and control tokens, each one stable id."""
     ids = []
@@ -133,10 +137,13 @@ class FakeVLLM:
                 text = options[scores.index(max(scores))]
                 choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": "stop"})
                 continue
-            allowed = body["allowed_token_ids"]
+            restricted = "allowed_token_ids" in body
+            allowed = body["allowed_token_ids"] if restricted else body["logprob_token_ids"]
             probs = softmax([logit(prompt, t) for t in allowed])
-            chosen = allowed[probs.index(max(probs))]
+            # Unrestricted, greedy sampling may pick a token that answers no label.
+            chosen = allowed[probs.index(max(probs))] if restricted else UNRESTRICTED_CHOICE
             logprobs = {f"token_id:{t}": math.log(p) for t, p in zip(allowed, probs)}
+            logprobs.setdefault(f"token_id:{chosen}", -2.0)
             if not (self.logprob_token_ids and body.get("logprob_token_ids")):
                 logprobs = {f"token_id:{chosen}": logprobs[f"token_id:{chosen}"]}  # top-1 only
             choices.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -14,7 +15,6 @@ from langchain_qwen_fast import (
     Classification,
     ContextLengthError,
     InvalidInputError,
-    LabelParseError,
     QwenClassifier,
     QwenFastError,
     ResponseFormatError,
@@ -106,7 +106,7 @@ def test_labels_sharing_first_tokens_are_scored_as_token_sequences(fake: FakeVLL
     assert result.label == labels[want.index(max(want))]
     # one request per trie node for the text, each limited to that node's next tokens
     asked = [r.body for r in fake.calls("/v1/completions")[1:]]
-    assert sorted(len(b["allowed_token_ids"]) for b in asked) == [1, 1, 2, 3]
+    assert sorted(len(b["logprob_token_ids"]) for b in asked) == [1, 1, 2, 3]
     assert any(b["prompt"][0].endswith(PROMPT_SUFFIX + "Sci/") for b in asked)
 
 
@@ -167,12 +167,61 @@ def test_batch_groups_prompts_per_request(fake: FakeVLLM) -> None:
     assert sorted(len(r.body["prompt"]) for r in grouped) == [50, 50, 50, 50]
 
 
+@pytest.mark.parametrize(
+    ("replicas", "items", "sizes"),
+    [
+        (1, 4096, [256] * 16),  # a big batch: requests of 256
+        (1, 200, [25] * 8),  # a small one: a share for each of the 8 in flight
+        (1, 40, [16, 16, 8]),  # never under 16 a request
+        (3, 960, [40] * 24),  # 8 in flight per replica
+    ],
+)
+def test_default_load_follows_the_batch_and_the_replicas(
+    fake: FakeVLLM, replicas: int, items: int, sizes: list[int]
+) -> None:
+    urls = [f"http://r{k}.test/v1" for k in range(replicas)]
+    classifier = make(fake, base_url=urls if replicas > 1 else URL)
+    classifier.prepare()
+    before = len(fake.calls("/v1/completions"))
+    classifier.batch(headlines(items))
+    grouped = fake.calls("/v1/completions")[before:]
+    assert sorted((len(r.body["prompt"]) for r in grouped), reverse=True) == sizes
+    if replicas > 1:  # every replica got its share
+        hosts = [httpx.URL(r.url).host for r in grouped]
+        assert min(hosts.count(f"r{k}.test") for k in range(replicas)) >= 6
+
+
+@pytest.mark.parametrize(
+    ("replicas", "settings", "config", "peak"),
+    [(1, {}, None, 8), (3, {}, None, 24), (3, {}, {"max_concurrency": 5}, 5), (1, {"max_concurrency": 3}, None, 3)],
+)
+async def test_default_in_flight_is_eight_per_replica(
+    fake: FakeVLLM, replicas: int, settings: dict[str, Any], config: Any, peak: int
+) -> None:
+    seen = {"now": 0, "peak": 0}
+
+    async def counting(request: httpx.Request) -> httpx.Response:
+        seen["now"] += 1
+        seen["peak"] = max(seen["peak"], seen["now"])
+        await asyncio.sleep(0.01)
+        seen["now"] -= 1
+        return await fake.transport.handle_async_request(request)
+
+    urls = [f"http://r{k}.test/v1" for k in range(replicas)]
+    classifier = make(fake, base_url=urls, http_transport=httpx.MockTransport(counting), **settings)
+    await classifier.aprepare()
+    await classifier.abatch(headlines(2000), config=config)
+    assert seen["peak"] == peak
+
+
 def test_request_is_lean_and_prefix_first(fake: FakeVLLM) -> None:
     classifier = make(fake)
     classifier.batch(["a headline", "another headline"])
     body = fake.calls("/v1/completions")[-1].body
     assert body["stream"] is False and body["temperature"] == 0 and body["max_tokens"] == 1
-    assert body["allowed_token_ids"] == body["logprob_token_ids"] == list(classifier.prepare().answer_token_ids)
+    # every answer token's logprob is asked for; the sampled token is neither read nor restricted
+    assert body["logprob_token_ids"] == list(classifier.prepare().answer_token_ids)
+    assert "allowed_token_ids" not in body
     assert body["return_tokens_as_token_ids"] is True
     first, second = body["prompt"]
     assert first.endswith("a headline<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
@@ -289,15 +338,15 @@ def test_missing_and_off_label_choices_fail_only_their_items(fake: FakeVLLM) -> 
     def tamper(request: httpx.Request) -> httpx.Response:
         reply = fake._completions(__import__("json").loads(request.content)).json()
         reply["choices"] = [c for c in reply["choices"] if c["index"] != 1]  # lose item 1
-        reply["choices"][1]["logprobs"]["tokens"] = ["token_id:7"]  # item 2 answers no label
+        top = reply["choices"][1]["logprobs"]["top_logprobs"][0]
+        del top[f"token_id:{plan.answer_token_ids[0]}"]  # item 2 lacks an answer token's logprob
         return httpx.Response(200, json=reply)
 
     fake.fail("/v1/completions", tamper)
     results = classifier.batch(["a", "b", "c"], return_exceptions=True)
     assert isinstance(results[0], Classification)
     assert isinstance(results[1], ResponseFormatError) and "no choice for prompt 1" in str(results[1])
-    assert isinstance(results[2], LabelParseError)
-    assert 7 not in plan.answer_token_ids
+    assert isinstance(results[2], ResponseFormatError) and "no logprob for answer tokens" in str(results[2])
 
 
 # -- head mode -------------------------------------------------------------------------------

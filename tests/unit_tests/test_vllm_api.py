@@ -46,7 +46,6 @@ def test_completions_body_limits_the_answer_to_label_tokens() -> None:
         "max_tokens": 1,
         "temperature": 0.0,
         "stream": False,
-        "allowed_token_ids": [101, 102, 103],
         "return_tokens_as_token_ids": True,
         "logprobs": 1,
         "logprob_token_ids": [101, 102, 103],
@@ -56,6 +55,8 @@ def test_completions_body_limits_the_answer_to_label_tokens() -> None:
 def test_fallback_and_constrained_choice_bodies() -> None:
     fallback = api.completions_body(dataclasses.replace(PLAN, has_logprob_token_ids=False), "m", 0, ["p"])
     assert fallback["logprobs"] == api.TOP_LOGPROBS_FALLBACK and "logprob_token_ids" not in fallback
+    # only the top-k comes back there: the sampled token must be an answer token
+    assert fallback["allowed_token_ids"] == [101, 102, 103]
     choice_plan = dataclasses.replace(PLAN, scoring="constrained_choice", steps=(Step(PROMPT_SUFFIX),), max_tokens=8)
     body = api.completions_body(choice_plan, "m", 0, ["p"])
     assert body["structured_outputs"] == {"choice": ["World", "Sports", "Business"]}
@@ -95,11 +96,27 @@ def test_parse_choice_gives_the_label_and_its_probabilities() -> None:
     assert prediction.index == 1 and prediction.scores == pytest.approx((0.1, 0.7, 0.2))
 
 
-def test_chosen_token_counts_even_when_missing_from_top_logprobs() -> None:
+FALLBACK = dataclasses.replace(PLAN, has_logprob_token_ids=False)
+
+
+def test_top_k_fallback_counts_the_chosen_token_even_when_missing_from_top_logprobs() -> None:
     item = choice(101, {102: math.log(0.5)})
     item["logprobs"]["token_logprobs"] = [math.log(0.5)]
-    prediction = api.combine(PLAN, [api.parse_choice(PLAN, 0, item)])
+    prediction = api.combine(FALLBACK, [api.parse_choice(FALLBACK, 0, item)])
     assert prediction.index == 0 and prediction.scores == pytest.approx((0.5, 0.5, 0.0))
+
+
+def test_with_logprob_token_ids_the_sampled_token_is_not_read() -> None:
+    # Unrestricted sampling picked token 999; only the answer tokens' logprobs count.
+    logprobs = {101: math.log(0.1), 102: math.log(0.6), 103: math.log(0.2), 999: math.log(0.1)}
+    answer = api.parse_item(PLAN, 0, choice(999, logprobs, text="Weather"))
+    assert answer == pytest.approx({101: math.log(0.1), 102: math.log(0.6), 103: math.log(0.2)})
+    assert api.combine(PLAN, [answer]).scores == pytest.approx((1 / 9, 6 / 9, 2 / 9))
+
+
+def test_with_logprob_token_ids_a_missing_answer_token_is_a_format_error() -> None:
+    with pytest.raises(ResponseFormatError, match=r"no logprob for answer tokens \[103\]"):
+        api.parse_item(PLAN, 0, choice(101, {101: -1.0, 102: -2.0}))
 
 
 @pytest.mark.parametrize(
@@ -124,9 +141,9 @@ def test_answers_without_usable_logprobs_are_format_errors() -> None:
         api.combine(PLAN, [{101: float("nan")}])
 
 
-def test_a_token_outside_the_labels_is_a_label_parse_error() -> None:
+def test_top_k_fallback_a_token_outside_the_labels_is_a_label_parse_error() -> None:
     with pytest.raises(LabelParseError, match="token 999") as info:
-        api.parse_item(PLAN, 0, choice(999, {999: -0.1}, text="Weather"))
+        api.parse_item(FALLBACK, 0, choice(999, {999: -0.1}, text="Weather"))
     assert info.value.reply == "Weather"
 
 
