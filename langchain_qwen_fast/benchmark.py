@@ -20,7 +20,7 @@ import contextlib
 import json
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,15 +119,17 @@ class PathResult:
 _SERVER_PIDS: list[int] = []
 
 
-def server_cpu_seconds() -> dict[str, float]:
-    """CPU seconds used so far by the started servers' processes, by role: the API process,
-    the engine core (vLLM titles it ``VLLM::EngineCore``) and any other. Empty without psutil."""
+def server_cpu_seconds(pids: Sequence[int] | None = None) -> dict[str, float]:
+    """CPU seconds used so far by servers' processes (``pids``: their API processes; default:
+    the servers this run started), by role: the API process, the engine core (vLLM titles it
+    ``VLLM::EngineCore``) and any other. Empty without psutil or servers."""
     try:
         import psutil
     except ImportError:
         return {}
+    pids = _SERVER_PIDS if pids is None else pids
     totals = {"api_server": 0.0, "engine_core": 0.0, "other": 0.0}
-    for pid in _SERVER_PIDS:
+    for pid in pids:
         try:
             root = psutil.Process(pid)
             procs = [root, *root.children(recursive=True)]
@@ -140,7 +142,7 @@ def server_cpu_seconds() -> dict[str, float]:
                 continue
             role = "engine_core" if "EngineCor" in name else "api_server" if proc.pid == pid else "other"
             totals[role] += times.user + times.system
-    return totals if _SERVER_PIDS else {}
+    return totals if pids else {}
 
 
 def _cores(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:

@@ -104,34 +104,14 @@ def _serve(args: argparse.Namespace) -> int:
     return _run_in_foreground(server, server.base_url, args.urls_file)
 
 
-def _gpu_list(value: str | None) -> list[int]:
-    from langchain_qwen_fast.server.launcher import gpu_count
-
-    if value is None:
-        return []
-    found = gpu_count()
-    if value == "all":
-        if not found:
-            raise ValueError("--gpus all: no GPU answers nvidia-smi here; without GPUs use --servers-per-gpu alone")
-        return list(range(found))
-    try:
-        gpus = [int(x) for x in value.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--gpus takes 'all' or indices such as 0,1, got {value!r}") from None
-    missing = [g for g in gpus if g >= found]
-    if missing:
-        raise ValueError(f"--gpus {value}: no GPU {missing[0]} here ({found} found)")
-    return gpus
-
-
 def _serve_group(args: argparse.Namespace, adapters: dict[str, str]) -> int:
-    from langchain_qwen_fast.server.launcher import ServerGroup
+    from langchain_qwen_fast.server.launcher import ServerGroup, parse_gpus
 
     if args.log:
         raise ValueError("several servers write one log each into a folder: leave out --log")
     group = ServerGroup(
         args.model,
-        gpus=_gpu_list(args.gpus),
+        gpus=parse_gpus(args.gpus),
         servers_per_gpu=args.servers_per_gpu,
         router=args.router,
         router_port=args.router_port,
@@ -243,7 +223,7 @@ def _build_test_model(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``qwen-fast`` argument parser with every subcommand."""
-    from langchain_qwen_fast import api, benchmark, evaluation, training
+    from langchain_qwen_fast import api, benchmark, evaluation, scale_benchmark, training
 
     parser = argparse.ArgumentParser(
         prog="qwen-fast",
@@ -256,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_parser(sub)
     training.add_parser(sub)
     benchmark.add_parser(sub)
+    scale_benchmark.add_parser(sub)
     api.add_parser(sub)
     _add_build_test_model(sub)
     return parser

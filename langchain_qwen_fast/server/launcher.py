@@ -12,6 +12,7 @@ the tail of the server's log.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -395,6 +396,33 @@ def gpu_count() -> int:
     return sum(line.startswith("GPU ") for line in result.stdout.splitlines()) if result.returncode == 0 else 0
 
 
+def parse_gpus(value: str | None) -> list[int]:
+    """GPU indices from ``'all'`` or a list such as ``'0,1'``, checked against what
+    ``nvidia-smi`` lists; None gives none."""
+    if value is None:
+        return []
+    found = gpu_count()
+    if value == "all":
+        if not found:
+            raise ValueError("--gpus all: no GPU answers nvidia-smi here; without GPUs use --servers-per-gpu alone")
+        return list(range(found))
+    try:
+        gpus = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--gpus takes 'all' or indices such as 0,1, got {value!r}") from None
+    missing = [g for g in gpus if g >= found]
+    if missing:
+        raise ValueError(f"--gpus {value}: no GPU {missing[0]} here ({found} found)")
+    return gpus
+
+
+def _router_program() -> list[str]:
+    """vllm-router's console script, or its module where no script was installed (a
+    package tree unpacked onto PYTHONPATH)."""
+    script = shutil.which("vllm-router") or str(Path(sys.executable).with_name("vllm-router"))
+    return [script] if Path(script).exists() else [sys.executable, "-m", "vllm_router.launch_router"]
+
+
 class Router:
     """vLLM's router (``vllm-router``, the ``router`` extra) in front of running servers: one
     URL, load spread by ``policy`` (``round_robin``, or ``power_of_two`` with two workers or
@@ -444,9 +472,8 @@ class Router:
 
     def command(self) -> list[str]:
         """The vllm-router command line."""
-        router = shutil.which("vllm-router") or str(Path(sys.executable).with_name("vllm-router"))
         return [
-            router,
+            *_router_program(),
             "--host",
             self.host,
             "--port",
@@ -464,7 +491,7 @@ class Router:
     def start(self) -> Router:
         """Start the router and wait until it answers ``/v1/models``."""
         command = self.command()
-        if not Path(command[0]).exists():
+        if importlib.util.find_spec("vllm_router") is None:
             raise ServerStartError("vllm-router is not installed: pip install 'langchain-qwen-fast[router]'")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:

@@ -1,0 +1,389 @@
+"""Scale benchmark: independent servers on the GPUs, side by side in one run.
+
+    qwen-fast bench-scale --model DIR --gpus all --servers-per-gpu 4 --subsets 1,2,3,4,8 \\
+        --sweep-subsets 1,4 --router round_robin --profile-seconds 15 --out out/scale
+
+Starts ``servers-per-gpu`` servers on each GPU (a :class:`ServerGroup`; the first GPU's servers
+come first), then, for each subset size k, spreads ``QwenClassifier.abatch`` over the first k
+servers at the classifier's default load, twice, and (``--sweep-subsets``) over a grid of
+prompts per request x requests in flight per server, to show how far the defaults are from
+the best point. Also, on request: vLLM's router in front of the servers against the
+client's own spreading, at the same load (``--router``); the request shape before and after
+dropping ``allowed_token_ids`` on one server (``--compare-request-shape``); and where one
+server's CPU goes under load, from ``py-spy`` samples of its API process and engine core
+(``--profile-seconds``; needs py-spy). Also reports one-at-a-time p50, GPU memory, and the
+cores each role kept busy. Needs the ``bench`` extra; uses vLLM and nvidia-smi where present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_qwen_fast import vllm_api
+from langchain_qwen_fast.benchmark import LABELS, GpuSampler, server_cpu_seconds
+from langchain_qwen_fast.samples import news_items
+from langchain_qwen_fast.stats import percentile
+
+#: the sweep: prompts per request x requests in flight per server
+SWEEP_GROUPS = (128, 256, 512)
+SWEEP_IN_FLIGHT = (4, 8, 16)
+
+
+def _classifier(urls: Sequence[str], model: str, tokenizer: str | None, **load: Any) -> Any:
+    from langchain_qwen_fast import QwenClassifier
+
+    classifier = QwenClassifier(labels=LABELS, base_url=list(urls), model=model, tokenizer_path=tokenizer, **load)
+    classifier.batch(news_items(16 * len(urls)))  # set-up, and each server's prefix cache warm
+    return classifier
+
+
+def throughput(classifier: Any, texts: list[str], pids: Sequence[int] = ()) -> dict[str, Any]:
+    """Classifications/s of one ``abatch`` over ``texts`` (every item must succeed), with the
+    cores each server role kept busy meanwhile."""
+    before = server_cpu_seconds(pids)
+    c0, t0 = time.process_time(), time.perf_counter()
+    results = asyncio.run(classifier.abatch(texts))
+    seconds = time.perf_counter() - t0
+    after = server_cpu_seconds(pids)
+    assert len(results) == len(texts)
+    cores = {role: round((after[role] - before[role]) / seconds, 2) for role in after if role in before}
+    cores["client"] = round((time.process_time() - c0) / seconds, 2)
+    return {"per_s": round(len(texts) / seconds, 1), "cores_busy": cores}
+
+
+def one_at_a_time_p50(classifier: Any, texts: list[str]) -> float | None:
+    """p50 ms of ``invoke`` one text at a time."""
+    latencies = []
+    for text in texts:
+        t0 = time.perf_counter()
+        classifier.invoke(text)
+        latencies.append((time.perf_counter() - t0) * 1000)
+    return percentile(latencies, 50)
+
+
+def gpu_memory_mib() -> list[float]:
+    """Memory in use on each GPU, MiB (empty without nvidia-smi)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+    out = subprocess.run(query, capture_output=True, text=True, check=False).stdout
+    return [float(x) for x in out.split()]
+
+
+def measure_subset(
+    urls: Sequence[str], model: str, tokenizer: str | None, items: int, pids: Sequence[int], sweep: bool
+) -> dict[str, Any]:
+    """The defaults (twice: before and after the sweep) and, with ``sweep``, the grid."""
+    texts = news_items(items)
+    default = _classifier(urls, model, tokenizer)
+    row: dict[str, Any] = {"servers": len(urls), "default": [throughput(default, texts, pids)]}
+    print(f"{len(urls)} servers, defaults: {row['default'][0]['per_s']}/s", flush=True)
+    if sweep:
+        cells = []
+        for group in SWEEP_GROUPS:
+            for per_server in SWEEP_IN_FLIGHT:
+                load = {"batch_size": group, "max_concurrency": per_server * len(urls)}
+                got = throughput(_classifier(urls, model, tokenizer, **load), texts, pids)
+                cells.append({**load, "per_s": got["per_s"]})
+                print(
+                    f"  {group:>4} per request x {load['max_concurrency']:>3} in flight: {got['per_s']}/s", flush=True
+                )
+        row["sweep"] = cells
+        row["default"].append(throughput(default, texts, pids))
+        best = max(c["per_s"] for c in cells)
+        mean_default = sum(d["per_s"] for d in row["default"]) / len(row["default"])
+        row["default_over_best"] = round(mean_default / best, 3)
+        print(f"  defaults {mean_default:.0f}/s = {row['default_over_best']:.1%} of the best cell", flush=True)
+    return row
+
+
+def router_against_client(
+    urls: Sequence[str], model: str, tokenizer: str | None, items: int, policy: str, log_dir: Path
+) -> dict[str, Any]:
+    """The same load spread by the client over ``urls`` and sent to vLLM's router in front of
+    them (the client then sees one URL, so its in-flight count is set to the same total)."""
+    from langchain_qwen_fast.classifiers import IN_FLIGHT_PER_REPLICA
+    from langchain_qwen_fast.server.launcher import Router
+
+    texts = news_items(items)
+    in_flight = IN_FLIGHT_PER_REPLICA * len(urls)
+    client_side = _classifier(urls, model, tokenizer)
+    row: dict[str, Any] = {"servers": len(urls), "policy": policy, "in_flight": in_flight}
+    with Router(urls, policy, log_path=log_dir / "router.log") as router:
+        routed = _classifier([router.base_url], model, tokenizer, max_concurrency=in_flight)
+        routed_default = _classifier([router.base_url], model, tokenizer)
+        runs = [("client", client_side), ("router", routed), ("client", client_side), ("router", routed)]
+        for name, classifier in runs:  # interleaved: drift hits both alike
+            row.setdefault(name, []).append(throughput(classifier, texts)["per_s"])
+        row["router, client defaults (one URL: 8 in flight)"] = throughput(routed_default, texts)["per_s"]
+        row["router p50 ms"] = one_at_a_time_p50(routed, news_items(200))
+    row["client p50 ms"] = one_at_a_time_p50(client_side, news_items(200))
+    row["router_over_client"] = round(sum(row["router"]) / sum(row["client"]), 3)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def request_shape(url: str, model: str, tokenizer: str | None, items: int) -> dict[str, Any]:
+    """Grouped completions on one server as sent now (every answer token's logprob, no
+    ``allowed_token_ids``) and as sent before (the same plus ``allowed_token_ids``), raw
+    HTTP, 256 prompts a request, 8 in flight, interleaved rounds."""
+    import httpx
+
+    classifier = _classifier([url], model, tokenizer)
+    plan = classifier.prepare()
+    texts = news_items(items)
+    prompts: list[Any] = (
+        [plan.prompt_ids(ids, 0) for ids in plan.encode_bodies([plan.body(t) for t in texts])]
+        if tokenizer
+        else [plan.render(t) for t in texts]
+    )
+    now = [vllm_api.completions_body(plan, model, 0, prompts[i : i + 256]) for i in range(0, len(prompts), 256)]
+    before = [{**body, "allowed_token_ids": body["logprob_token_ids"]} for body in now]
+
+    async def run(bodies: list[dict[str, Any]]) -> float:
+        gate = asyncio.Semaphore(8)
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=16)) as client:
+
+            async def one(body: dict[str, Any]) -> None:
+                async with gate:
+                    reply = await client.post(f"{url}/completions", json=body)
+                    reply.raise_for_status()
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(b) for b in bodies))
+            return items / (time.perf_counter() - t0)
+
+    row: dict[str, list[float]] = {"now": [], "with allowed_token_ids": []}
+    for _ in range(2):
+        row["now"].append(round(asyncio.run(run(now)), 1))
+        row["with allowed_token_ids"].append(round(asyncio.run(run(before)), 1))
+    print(json.dumps(row), flush=True)
+    return {**row, "now_over_before": round(sum(row["now"]) / sum(row["with allowed_token_ids"]), 3)}
+
+
+def profile(pid: int, seconds: float, load: Callable[[], Any], out: Path, top: int = 25) -> dict[str, Any]:
+    """py-spy samples of process ``pid`` and its children while ``load`` runs: per process,
+    the share of samples in each function (self) and under each function (inclusive)."""
+    raw = out / f"py-spy-{pid}.txt"
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        return {"error": "py-spy is not installed"}
+    command = [spy, "record", "--pid", str(pid), "--subprocesses", "--duration", str(int(seconds))]
+    command += ["--rate", "200", "--format", "raw", "--output", str(raw), "--nonblocking"]
+    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    while recorder.poll() is None:
+        load()
+    if not raw.is_file():
+        return {"error": (recorder.stderr.read() if recorder.stderr else b"").decode()[-2000:]}
+    return summarize_profile(raw.read_text(), top)
+
+
+def summarize_profile(collapsed: str, top: int = 25) -> dict[str, Any]:
+    """From py-spy's raw (collapsed) output: per process, samples, and the top functions by
+    self and by inclusive share."""
+    self_counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    inclusive: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    totals: collections.Counter[str] = collections.Counter()
+    for line in collapsed.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        # With --subprocesses a child's stack starts with its ancestors' "process PID:cmdline".
+        owners = [f for f in frames if f.startswith("process ")]
+        process = owners[-1].partition(":")[2].strip('"')[:60] if owners else "process"
+        calls = [f for f in frames if not f.startswith(("process ", "thread "))]
+        totals[process] += count
+        if calls:
+            self_counts[process][_short(calls[-1])] += count
+        for name in {_short(f) for f in calls}:
+            inclusive[process][name] += count
+    report = {}
+    for process, total in totals.most_common():
+        report[process] = {
+            "samples": total,
+            "self_pct": {k: round(100 * v / total, 1) for k, v in self_counts[process].most_common(top)},
+            "inclusive_pct": {k: round(100 * v / total, 1) for k, v in inclusive[process].most_common(top)},
+        }
+    return report
+
+
+def _short(frame: str) -> str:
+    """``function (path/to/module.py:123)`` as ``function (module.py)``."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({Path(where.split(':')[0]).name})" if where else name
+
+
+class DataParallelExternal:
+    """vLLM's data parallel with external load balancing: one rank per GPU, each its own
+    server (API process and engine) at its own URL, joined through rank 0's address; the
+    client spreads the load. Started, waited for and stopped together, like ServerGroup."""
+
+    def __init__(self, model: str, gpus: Sequence[int], log_dir: Path, **settings: Any) -> None:
+        from langchain_qwen_fast.server.launcher import VLLMServer, free_port
+
+        extra = list(settings.pop("extra_args", []))
+        rpc_port = free_port()
+        self.servers = [
+            VLLMServer(
+                model,
+                env={"CUDA_VISIBLE_DEVICES": str(gpu)},
+                log_path=log_dir / f"dp-rank-{rank}.log",
+                extra_args=[
+                    *extra,
+                    "--data-parallel-size",
+                    str(len(gpus)),
+                    "--data-parallel-rank",
+                    str(rank),
+                    "--data-parallel-address",
+                    "127.0.0.1",
+                    "--data-parallel-rpc-port",
+                    str(rpc_port),
+                ],
+                **settings,
+            )
+            for rank, gpu in enumerate(gpus)
+        ]
+
+    @property
+    def base_urls(self) -> list[str]:
+        """Each rank's ``…/v1`` URL."""
+        return [s.base_url for s in self.servers]
+
+    @property
+    def pids(self) -> list[int]:
+        """Each rank's server process id."""
+        return [s.pid for s in self.servers if s.pid is not None]
+
+    def __enter__(self) -> DataParallelExternal:
+        try:
+            for server in self.servers:
+                server.spawn()
+            for server in self.servers:
+                server.wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``bench-scale`` subcommand to the ``qwen-fast`` parser."""
+    parser = sub.add_parser(
+        "bench-scale",
+        help="several servers per GPU: default load against a sweep, router against client, profile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", required=True, help="model directory (or hub id) to serve")
+    parser.add_argument("--gpus", help="'all' or indices such as 0,1 (default: every GPU there is; none: CPU servers)")
+    parser.add_argument("--servers-per-gpu", type=int, default=1, help="servers on each GPU (default: 1)")
+    parser.add_argument("--profile", default="auto", choices=["auto", "cpu", "gpu", "default"])
+    parser.add_argument("--model-name", default="qwen3", help="served model name")
+    parser.add_argument("--tokenizer", help="the model's tokenizer for token-id prompts (default: MODEL)")
+    parser.add_argument("--subsets", help="numbers of servers to spread over, e.g. 1,2,4 (default: all)")
+    parser.add_argument("--sweep-subsets", default="", help="subsets that also get the sweep, e.g. 1,4")
+    parser.add_argument("--items", type=int, default=8192, help="items per throughput run")
+    parser.add_argument("--router", choices=["round_robin", "power_of_two", "random"], help="also measure the router")
+    parser.add_argument("--router-servers", type=int, help="servers behind the router (default: all)")
+    parser.add_argument("--compare-request-shape", action="store_true", help="with and without allowed_token_ids")
+    parser.add_argument("--profile-seconds", type=float, default=0, help="py-spy one server under load this long")
+    parser.add_argument("--server-arg", action="append", default=[], help="extra vLLM flag (repeatable)")
+    parser.add_argument(
+        "--dp-external",
+        action="store_true",
+        help="instead of independent servers: vLLM's data parallel, external load balancing, a rank per GPU",
+    )
+    parser.add_argument("--out", default="out/scale", help="folder for scale.json and the py-spy samples")
+    parser.add_argument("--label", default="", help="free text naming the machine, kept in the JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``qwen-fast bench-scale``."""
+    measure(args)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the servers, run every part asked for, write ``scale.json``; returns the report."""
+    from langchain_qwen_fast.server.launcher import ServerGroup, gpu_count, parse_gpus
+
+    out = Path(args.out)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    tokenizer = args.tokenizer or (args.model if (Path(args.model) / "tokenizer.json").is_file() else None)
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "label": args.label,
+        "machine": f"{platform.node()} python {platform.python_version()}",
+        "servers_per_gpu": args.servers_per_gpu,
+        "server_args": args.server_arg,
+        "items": args.items,
+    }
+    save = lambda: (out / "scale.json").write_text(json.dumps(report, indent=1))  # noqa: E731
+    gpus = parse_gpus(args.gpus) if args.gpus else list(range(gpu_count()))
+    settings = {"profile": args.profile, "served_model_name": args.model_name, "extra_args": args.server_arg}
+    report["layout"] = "data parallel, external load balancing" if args.dp_external else "independent servers"
+    group: ServerGroup | DataParallelExternal = (
+        DataParallelExternal(args.model, gpus, out / "logs", **settings)
+        if args.dp_external
+        else ServerGroup(args.model, gpus=gpus, servers_per_gpu=args.servers_per_gpu, log_dir=out / "logs", **settings)
+    )
+    started = time.perf_counter()
+    with group:
+        report["startup_s"] = round(time.perf_counter() - started, 1)
+        report["gpu_memory_mib"] = gpu_memory_mib()
+        print(f"{len(group.servers)} servers ready in {report['startup_s']} s; GPU MiB {report['gpu_memory_mib']}")
+        urls, pids = group.base_urls, group.pids
+        sampler = GpuSampler() if shutil.which("nvidia-smi") else None
+        report["p50_ms_one_server"] = one_at_a_time_p50(
+            _classifier(urls[:1], args.model_name, tokenizer), news_items(200)
+        )
+        sizes = [int(k) for k in args.subsets.split(",")] if args.subsets else [len(urls)]
+        sweep = {int(k) for k in args.sweep_subsets.split(",") if k}
+        report["subsets"] = []
+        for k in sizes:
+            t0 = time.perf_counter()
+            row = measure_subset(urls[:k], args.model_name, tokenizer, args.items, pids[:k], k in sweep)
+            if sampler:
+                row["gpu"] = sampler.window(t0, time.perf_counter())
+            report["subsets"].append(row)
+            save()
+        if args.router:
+            behind = urls[: args.router_servers or len(urls)]
+            report["router"] = router_against_client(behind, args.model_name, tokenizer, args.items, args.router, out)
+            save()
+        if args.compare_request_shape:
+            report["request_shape"] = request_shape(urls[0], args.model_name, tokenizer, args.items)
+            save()
+        if args.profile_seconds:
+            load = _classifier(urls[:1], args.model_name, tokenizer)
+            texts = news_items(args.items)
+            report["profile"] = profile(pids[0], args.profile_seconds, lambda: asyncio.run(load.abatch(texts)), out)
+            save()
+        if sampler:
+            sampler.stop()
+    save()
+    print(json.dumps({k: v for k, v in report.items() if k != "profile"}, indent=1))
+    print(f"wrote {out / 'scale.json'}")
+    return report
+
+
+__all__ = ["add_parser", "measure", "run", "summarize_profile"]
