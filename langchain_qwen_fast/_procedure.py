@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_qwen_fast import vllm_api
-from langchain_qwen_fast._transport import Steps
+from langchain_qwen_fast._transport import Call, Steps
 from langchain_qwen_fast.caches import ClassificationCache
 from langchain_qwen_fast.calibration import apply_temperature
 from langchain_qwen_fast.classification import Classification, text_of
@@ -313,9 +313,13 @@ class Procedure:
                     outcome[body] = count if isinstance(count, Exception) else _length_error(plan, count)
             pending = [b for b in pending if outcome.get(b) is None]
         else:
-            # Exact lengths come with the ids; a slice at a time, the event loop runs between.
-            for start in range(0, len(pending), _ENCODE_SLICE):
-                part = pending[start : start + _ENCODE_SLICE]
+            # Tokens never outnumber UTF-8 bytes: only bodies with more bytes than the budget
+            # are tokenised now, for their exact length (a slice at a time, the event loop
+            # runs between); the rest are tokenised group by group as their requests go out.
+            budget = plan.text_token_budget
+            unsure = [b for b in pending if len(b) * 4 > budget and len(b.encode()) > budget]
+            for start in range(0, len(unsure), _ENCODE_SLICE):
+                part = unsure[start : start + _ENCODE_SLICE]
                 for body, ids in zip(part, plan.encode_bodies(part), strict=True):
                     prompt_of[body] = ids
                     outcome[body] = plan.length_error(len(ids))
@@ -366,8 +370,20 @@ class Procedure:
         for q in kinds.values():
             size = self.batch_size or group_size(len(q), in_flight)
             groups += [q[i : i + size] for i in range(0, len(q), size)]
+
+        def call(group: list[tuple[str, int]]) -> Call:
+            if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
+                return vllm_api.classify_call(plan, self.model, group[0][1], [prompt(b, k) for b, k in group])
+
+            def prompts() -> list[Prompt]:  # when the request is sent (off the event loop)
+                fresh = [b for b in dict.fromkeys(b for b, _ in group) if b not in prompt_of]
+                ids = dict(zip(fresh, plan.encode_bodies(fresh), strict=True))
+                return [plan.prompt_ids(ids[b] if b in ids else prompt_of[b], k) for b, k in group]
+
+            return vllm_api.classify_call(plan, self.model, group[0][1], prompts)
+
         while groups:
-            calls = [vllm_api.classify_call(plan, self.model, g[0][1], [prompt(b, k) for b, k in g]) for g in groups]
+            calls = [call(g) for g in groups]
             replies = yield calls
             retry: list[list[tuple[str, int]]] = []
             for n, (group, reply) in enumerate(zip(groups, replies, strict=True), 1):

@@ -40,8 +40,17 @@ from langchain_qwen_fast.errors import (
 
 T = TypeVar("T")
 
-#: A request: (HTTP method, path under the base URL, JSON body or None).
+#: A request: (HTTP method, path under the base URL, JSON body or None). The body may also be
+#: a function that builds it, called once when the request is sent (the async path calls it
+#: in a worker thread): tokenising a group's prompts then overlaps the other requests.
 Call = tuple[str, str, Any]
+
+
+def _content(body: Any) -> bytes | None:
+    """A call's body as JSON bytes (built first if it is a function)."""
+    if body is None:
+        return None
+    return orjson.dumps(body() if callable(body) else body)
 
 
 @dataclass(frozen=True)
@@ -272,7 +281,7 @@ class Transport:
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One request, retried per the policy; returns the decoded JSON."""
-        content = None if body is None else orjson.dumps(body)
+        content = _content(body)
         return self._retrying.copy()(self._send, method, path, set(), content)
 
     def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
@@ -322,7 +331,7 @@ class Transport:
 
     async def arequest(self, method: str, path: str, body: Any = None) -> Any:
         """Async :meth:`request`."""
-        content = None if body is None else orjson.dumps(body)
+        content = await asyncio.to_thread(_content, body) if callable(body) else _content(body)
         return await self._aretrying.copy()(self._asend, method, path, set(), content)
 
     async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:

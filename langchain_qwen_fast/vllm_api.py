@@ -8,7 +8,7 @@ server routes hang off the root (``"/tokenize"``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_qwen_fast._transport import Call
@@ -67,8 +67,15 @@ def parse_detokenize(reply: Any) -> str:
 
 
 # -- /v1/completions and /classify -------------------------------------------------------
-def classify_call(plan: ClassifierPlan, model: str, step: int, prompts: Sequence[Prompt]) -> Call:
-    """The request that asks ``step`` of a group of rendered prompts."""
+def classify_call(
+    plan: ClassifierPlan, model: str, step: int, prompts: Sequence[Prompt] | Callable[[], Sequence[Prompt]]
+) -> Call:
+    """The request that asks ``step`` of a group of rendered prompts, or of the prompts a
+    function gives, called when the request is sent (see :data:`Call`)."""
+    if callable(prompts):
+        make = prompts
+        method, path, _ = classify_call(plan, model, step, [])
+        return (method, path, lambda: classify_call(plan, model, step, make())[2])
     if plan.scoring == "head":
         return ("POST", "/classify", {"model": model, "input": list(prompts)})
     return ("POST", "completions", completions_body(plan, model, step, prompts))

@@ -410,6 +410,31 @@ def test_one_run_per_item_in_callbacks(fake: FakeVLLM) -> None:
     assert (recorder.starts, recorder.ends, recorder.errors) == (3, 2, 1)
 
 
+@pytest.mark.parametrize("batch_kind", ["batch", "abatch"])
+def test_per_item_runs_are_kept_for_global_handlers_and_skipped_without_any(
+    fake: FakeVLLM, batch_kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langchain_core.globals import set_debug
+
+    classifier = make(fake)
+
+    def run() -> list[Any]:
+        if batch_kind == "batch":
+            return classifier.batch(["one", "", "three"], return_exceptions=True)
+        return asyncio.run(classifier.abatch(["one", "", "three"], return_exceptions=True))
+
+    quiet = run()
+    assert "[chain/start]" not in capsys.readouterr().out
+    set_debug(True)  # a handler set up globally, as tracing would be: every item's run is seen
+    try:
+        observed = run()
+    finally:
+        set_debug(False)
+    out = capsys.readouterr().out
+    assert out.count("[chain/start]") == 3 and out.count("[chain/end]") == 2 and out.count("[chain/error]") == 1
+    assert observed[0] == quiet[0] and observed[2] == quiet[2] and isinstance(observed[1], InvalidInputError)
+
+
 def test_from_chat_model_takes_the_chat_models_settings() -> None:
     from langchain_qwen_fast import ChatQwenFast
 

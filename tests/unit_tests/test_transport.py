@@ -180,3 +180,26 @@ def test_one_procedure_drives_sync_and_async() -> None:
     want = [{"path": "/v1/a"}, {"path": "/v1/b"}, {"path": "/v1/c"}]
     assert drive(t, steps(), 2) == want
     assert asyncio.run(adrive(t, steps(), 2)) == want
+
+
+async def test_a_body_given_as_a_function_is_built_once_off_the_event_loop() -> None:
+    import threading
+
+    built: list[int] = []
+    attempts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        attempts.append(request.content)
+        if len(attempts) == 1:
+            return httpx.Response(503, json={"error": {"message": "busy"}})
+        return httpx.Response(200, json={"ok": True})
+
+    def body() -> dict[str, Any]:
+        built.append(threading.get_ident())
+        return {"prompt": [[1, 2, 3]]}
+
+    t = transport(handler)
+    assert await t.arequest("POST", "completions", body) == {"ok": True}
+    assert len(built) == 1 and built[0] != threading.get_ident()  # once, in a worker thread
+    assert attempts == [b'{"prompt":[[1,2,3]]}'] * 2  # the retry re-sent the same bytes
+    assert t.request("POST", "completions", body) == {"ok": True} and len(built) == 2
