@@ -36,7 +36,7 @@ from langchain_qwen_fast.samples import news_items
 from langchain_qwen_fast.stats import percentile
 
 #: the sweep: prompts per request x requests in flight per server
-SWEEP_GROUPS = (128, 256, 512)
+SWEEP_GROUPS = (128, 256)
 SWEEP_IN_FLIGHT = (4, 8, 16)
 
 
