@@ -40,10 +40,12 @@ _ENCODE_SLICE = 1024
 _TOKENIZER_SAMPLES = ("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace")
 
 # Prompts per request when the classifier picks (see group_size). Bigger requests cut the
-# client's and the API server's per-request work; past 256 they only delay the first
-# answers (H200 sweeps: 256 per request was within noise of the best in every layout).
+# client's and the API server's per-request work, smaller ones keep the pipeline full (each
+# group is tokenised as it is sent). H200 sweeps (docs/benchmarks.md): 128 a request with 8
+# in flight per server was the best or within noise of it on 1, 4, 6 and 8 servers; 256
+# trailed by 5-20 % on 4 and more.
 MIN_GROUP = 16
-MAX_GROUP = 256
+MAX_GROUP = 128
 
 
 def group_size(prompts: int, in_flight: int) -> int:

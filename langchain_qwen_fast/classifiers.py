@@ -37,8 +37,8 @@ from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool
 # Per-item run bookkeeping in a big async batch is done in slices with a yield to the event
 # loop between them (measured in tests/integration_tests/reliability).
 _RUNS_PER_SLICE = 512
-#: Requests in flight per replica by default: on an H200 server, 8 requests of 256 prompts
-#: kept it as busy as any point of a group size x in-flight sweep (docs/benchmarks.md).
+#: Requests in flight per replica by default: with 128 prompts a request, 8 per server was
+#: the best point or within noise of it in H200 sweeps of 4-16 (docs/benchmarks.md).
 IN_FLIGHT_PER_REPLICA = 8
 _SAVED_FORMAT = "langchain-qwen-fast/classifier"
 _SAVED_VERSION = 1
@@ -107,8 +107,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """No retry wait starts that would end more than this many seconds after the first try."""
     batch_size: int | None = Field(default=None, ge=1)
     """Prompts per request in ``batch``/``abatch``. None (default): picked per call, an equal
-    share of the call's prompts for each request in flight, 16 to 256 (so a big batch goes in
-    requests of 256 and a small one still uses every replica)."""
+    share of the call's prompts for each request in flight, 16 to 128 (so a big batch goes in
+    requests of 128 and a small one still uses every replica)."""
     max_concurrency: int | None = Field(default=None, ge=1)
     """Requests in flight in ``batch``/``abatch`` unless the run config sets
     ``max_concurrency``. None (default): 8 per replica in ``base_url``."""

@@ -68,6 +68,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="independent servers on each GPU (without GPUs: this many CPU servers); default: %(default)s",
     )
+    p.add_argument(
+        "--mps",
+        action="store_true",
+        help="run the servers under NVIDIA's Multi-Process Service (a user-level daemon started and stopped "
+        "with them): servers sharing a GPU overlap their kernels (+20-38 %% with 4 per H200)",
+    )
     p.add_argument("--urls-file", help="write the servers' URLs here, one per line (QwenClassifier takes the file)")
     p.add_argument(
         "--router",
@@ -90,7 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"--lora takes NAME=DIR, got {item!r}", file=sys.stderr)
             return 2
         adapters[name] = directory
-    several = args.gpus is not None or args.servers_per_gpu > 1 or args.router is not None
+    several = args.gpus is not None or args.servers_per_gpu > 1 or args.router is not None or args.mps
     try:
         if several:
             return _serve_group(args, adapters)
@@ -115,11 +121,14 @@ def _serve_group(args: argparse.Namespace, adapters: dict[str, str]) -> int:
         servers_per_gpu=args.servers_per_gpu,
         router=args.router,
         router_port=args.router_port,
+        mps=args.mps,
         **_server_settings(args, adapters),
     )
     if args.print_command:
+        if group.mps:
+            print(" ".join([*(f"{k}={v}" for k, v in group.mps.env.items()), "nvidia-cuda-mps-control -d"]))
         for server in group.servers:
-            env = {k: v for k, v in server.env.items() if k == "CUDA_VISIBLE_DEVICES"}
+            env = {k: v for k, v in server.env.items() if k in ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY")}
             print(" ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(server.command())]))
         if group.router:
             print(shlex.join(group.router.command()))

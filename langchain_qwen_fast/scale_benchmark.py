@@ -40,7 +40,9 @@ SWEEP_GROUPS = (128, 256)
 SWEEP_IN_FLIGHT = (4, 8, 16)
 
 
-def _classifier(urls: Sequence[str], model: str, tokenizer: str | None, **load: Any) -> Any:
+def warm_classifier(urls: Sequence[str], model: str, tokenizer: str | None, **load: Any) -> Any:
+    """A classifier over ``urls`` (``load``: its batch_size/max_concurrency), set up and with
+    each server's prefix cache warm."""
     from langchain_qwen_fast import QwenClassifier
 
     classifier = QwenClassifier(labels=LABELS, base_url=list(urls), model=model, tokenizer_path=tokenizer, **load)
@@ -86,7 +88,7 @@ def measure_subset(
 ) -> dict[str, Any]:
     """The defaults (twice: before and after the sweep) and, with ``sweep``, the grid."""
     texts = news_items(items)
-    default = _classifier(urls, model, tokenizer)
+    default = warm_classifier(urls, model, tokenizer)
     row: dict[str, Any] = {"servers": len(urls), "default": [throughput(default, texts, pids)]}
     print(f"{len(urls)} servers, defaults: {row['default'][0]['per_s']}/s", flush=True)
     if sweep:
@@ -94,7 +96,7 @@ def measure_subset(
         for group in SWEEP_GROUPS:
             for per_server in SWEEP_IN_FLIGHT:
                 load = {"batch_size": group, "max_concurrency": per_server * len(urls)}
-                got = throughput(_classifier(urls, model, tokenizer, **load), texts, pids)
+                got = throughput(warm_classifier(urls, model, tokenizer, **load), texts, pids)
                 cells.append({**load, "per_s": got["per_s"]})
                 print(
                     f"  {group:>4} per request x {load['max_concurrency']:>3} in flight: {got['per_s']}/s", flush=True
@@ -118,11 +120,11 @@ def router_against_client(
 
     texts = news_items(items)
     in_flight = IN_FLIGHT_PER_REPLICA * len(urls)
-    client_side = _classifier(urls, model, tokenizer)
+    client_side = warm_classifier(urls, model, tokenizer)
     row: dict[str, Any] = {"servers": len(urls), "policy": policy, "in_flight": in_flight}
     with Router(urls, policy, log_path=log_dir / "router.log") as router:
-        routed = _classifier([router.base_url], model, tokenizer, max_concurrency=in_flight)
-        routed_default = _classifier([router.base_url], model, tokenizer)
+        routed = warm_classifier([router.base_url], model, tokenizer, max_concurrency=in_flight)
+        routed_default = warm_classifier([router.base_url], model, tokenizer)
         runs = [("client", client_side), ("router", routed), ("client", client_side), ("router", routed)]
         for name, classifier in runs:  # interleaved: drift hits both alike
             row.setdefault(name, []).append(throughput(classifier, texts)["per_s"])
@@ -140,7 +142,7 @@ def request_shape(url: str, model: str, tokenizer: str | None, items: int) -> di
     HTTP, 256 prompts a request, 8 in flight, interleaved rounds."""
     import httpx
 
-    classifier = _classifier([url], model, tokenizer)
+    classifier = warm_classifier([url], model, tokenizer)
     plan = classifier.prepare()
     texts = news_items(items)
     prompts: list[Any] = (
@@ -227,63 +229,6 @@ def _short(frame: str) -> str:
     return f"{name} ({Path(where.split(':')[0]).name})" if where else name
 
 
-class DataParallelExternal:
-    """vLLM's data parallel with external load balancing: one rank per GPU, each its own
-    server (API process and engine) at its own URL, joined through rank 0's address; the
-    client spreads the load. Started, waited for and stopped together, like ServerGroup."""
-
-    def __init__(self, model: str, gpus: Sequence[int], log_dir: Path, **settings: Any) -> None:
-        from langchain_qwen_fast.server.launcher import VLLMServer, free_port
-
-        extra = list(settings.pop("extra_args", []))
-        rpc_port = free_port()
-        self.servers = [
-            VLLMServer(
-                model,
-                env={"CUDA_VISIBLE_DEVICES": str(gpu)},
-                log_path=log_dir / f"dp-rank-{rank}.log",
-                extra_args=[
-                    *extra,
-                    "--data-parallel-size",
-                    str(len(gpus)),
-                    "--data-parallel-rank",
-                    str(rank),
-                    "--data-parallel-address",
-                    "127.0.0.1",
-                    "--data-parallel-rpc-port",
-                    str(rpc_port),
-                ],
-                **settings,
-            )
-            for rank, gpu in enumerate(gpus)
-        ]
-
-    @property
-    def base_urls(self) -> list[str]:
-        """Each rank's ``…/v1`` URL."""
-        return [s.base_url for s in self.servers]
-
-    @property
-    def pids(self) -> list[int]:
-        """Each rank's server process id."""
-        return [s.pid for s in self.servers if s.pid is not None]
-
-    def __enter__(self) -> DataParallelExternal:
-        try:
-            for server in self.servers:
-                server.spawn()
-            for server in self.servers:
-                server.wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for server in self.servers:
-            server.stop()
-
-
 def add_parser(sub: Any) -> None:
     """Add the ``bench-scale`` subcommand to the ``qwen-fast`` parser."""
     parser = sub.add_parser(
@@ -306,11 +251,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--compare-request-shape", action="store_true", help="with and without allowed_token_ids")
     parser.add_argument("--profile-seconds", type=float, default=0, help="py-spy one server under load this long")
     parser.add_argument("--server-arg", action="append", default=[], help="extra vLLM flag (repeatable)")
-    parser.add_argument(
-        "--dp-external",
-        action="store_true",
-        help="instead of independent servers: vLLM's data parallel, external load balancing, a rank per GPU",
-    )
+    parser.add_argument("--mps", action="store_true", help="run the servers under NVIDIA MPS (see qwen-fast serve)")
     parser.add_argument("--out", default="out/scale", help="folder for scale.json and the py-spy samples")
     parser.add_argument("--label", default="", help="free text naming the machine, kept in the JSON")
     parser.set_defaults(run=run)
@@ -340,11 +281,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     save = lambda: (out / "scale.json").write_text(json.dumps(report, indent=1))  # noqa: E731
     gpus = parse_gpus(args.gpus) if args.gpus else list(range(gpu_count()))
     settings = {"profile": args.profile, "served_model_name": args.model_name, "extra_args": args.server_arg}
-    report["layout"] = "data parallel, external load balancing" if args.dp_external else "independent servers"
-    group: ServerGroup | DataParallelExternal = (
-        DataParallelExternal(args.model, gpus, out / "logs", **settings)
-        if args.dp_external
-        else ServerGroup(args.model, gpus=gpus, servers_per_gpu=args.servers_per_gpu, log_dir=out / "logs", **settings)
+    report["mps"] = args.mps
+    group = ServerGroup(
+        args.model, gpus=gpus, servers_per_gpu=args.servers_per_gpu, mps=args.mps, log_dir=out / "logs", **settings
     )
     started = time.perf_counter()
     with group:
@@ -354,7 +293,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         urls, pids = group.base_urls, group.pids
         sampler = GpuSampler() if shutil.which("nvidia-smi") else None
         report["p50_ms_one_server"] = one_at_a_time_p50(
-            _classifier(urls[:1], args.model_name, tokenizer), news_items(200)
+            warm_classifier(urls[:1], args.model_name, tokenizer), news_items(200)
         )
         sizes = [int(k) for k in args.subsets.split(",")] if args.subsets else [len(urls)]
         sweep = {int(k) for k in args.sweep_subsets.split(",") if k}
@@ -374,7 +313,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             report["request_shape"] = request_shape(urls[0], args.model_name, tokenizer, args.items)
             save()
         if args.profile_seconds:
-            load = _classifier(urls[:1], args.model_name, tokenizer)
+            load = warm_classifier(urls[:1], args.model_name, tokenizer)
             texts = news_items(args.items)
             report["profile"] = profile(pids[0], args.profile_seconds, lambda: asyncio.run(load.abatch(texts)), out)
             save()
@@ -386,4 +325,4 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-__all__ = ["add_parser", "measure", "run", "summarize_profile"]
+__all__ = ["add_parser", "measure", "run", "summarize_profile", "warm_classifier"]

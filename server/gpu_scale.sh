@@ -3,21 +3,15 @@
 # no console scripts, so qwen-fast runs as `python3 -m langchain_qwen_fast.cli`).
 #   bash server/gpu_scale.sh [bench-scale flags...]
 # builds the random-weight Qwen3-0.6B-shaped model (TOK=DIR: copy its tokenizer) and runs
-# `qwen-fast bench-scale` on it with the gpu profile. MPS=1 first starts NVIDIA MPS as a
-# user-level daemon (its pipes under /tmp, stopped on exit), so the servers sharing a GPU run
-# their kernels side by side instead of taking turns. Results: ${OUT:-out}/gpu-scale${TAG:-}.
+# `qwen-fast bench-scale` on it with the gpu profile, e.g.
+#   bash server/gpu_scale.sh --gpus 0,1 --servers-per-gpu 4 --mps --subsets 1,2,4,8 --sweep-subsets 1,4,8
+# Results: ${OUT:-out}/gpu-scale${TAG:-}/scale.json.
 set -euo pipefail
 out=${OUT:-out}/gpu-scale${TAG:-}
 mkdir -p "$out"
 model=/tmp/qwen3-0.6b-random
 qwen_fast=(python3 -m langchain_qwen_fast.cli)
 [ -f "$model/config.json" ] || "${qwen_fast[@]}" build-test-model --size 0.6b --out "$model" ${TOK:+--tokenizer-from "$TOK"}
-if [ "${MPS:-0}" = 1 ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d
-  trap 'echo quit | nvidia-cuda-mps-control' EXIT
-fi
 gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 "${qwen_fast[@]}" bench-scale --model "$model" --profile gpu --out "$out" \
-  --label "$(nvidia-smi -L | wc -l) x $gpu, vLLM $(python3 -c 'import vllm; print(vllm.__version__)'), MPS ${MPS:-0}" "$@"
+  --label "$(nvidia-smi -L | wc -l) x $gpu, vLLM $(python3 -c 'import vllm; print(vllm.__version__)')" "$@"

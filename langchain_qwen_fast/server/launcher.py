@@ -534,6 +534,43 @@ class Router:
         self.stop()
 
 
+class MPSDaemon:
+    """NVIDIA's Multi-Process Service for the servers of one group: a user-level control
+    daemon with its own pipe and log folders (no GPU setting changes), so several servers on
+    one GPU run their kernels side by side instead of taking turns. On an H200, four servers
+    on one GPU went from 3,789 to 4,558-5,214 classifications/s with it (docs/gpu-deployment.md)."""
+
+    def __init__(self) -> None:
+        # Its pipes are Unix sockets: a short path, whatever the group's log folder is.
+        root = Path(tempfile.mkdtemp(prefix="qwen-fast-mps-"))
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(root / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(root / "log")}
+        self.running = False
+
+    def _control(self, *args: str, stdin: str | None = None) -> None:
+        control = shutil.which("nvidia-cuda-mps-control")
+        if control is None:
+            raise ServerStartError("--mps needs nvidia-cuda-mps-control (NVIDIA's driver tools) on the PATH")
+        result = subprocess.run(
+            [control, *args], input=stdin, env={**os.environ, **self.env}, capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise ServerStartError(f"nvidia-cuda-mps-control {' '.join(args)} failed: {result.stderr.strip()[-500:]}")
+
+    def start(self) -> None:
+        """Start the control daemon (the servers started after it join it)."""
+        for folder in self.env.values():
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        self._control("-d")
+        self.running = True
+
+    def stop(self) -> None:
+        """Ask the daemon to quit once its clients are gone; idempotent."""
+        if self.running:
+            self.running = False
+            with contextlib.suppress(ServerStartError):
+                self._control(stdin="quit\n")
+
+
 class ServerGroup:
     """Independent vLLM servers of one model: ``servers_per_gpu`` on each GPU in ``gpus``
     (each sees only its GPU, with the profile's job-sized KV cache), or, without GPUs,
@@ -553,15 +590,19 @@ class ServerGroup:
         port: int = 0,
         router: str | None = None,
         router_port: int = 0,
+        mps: bool = False,
         log_dir: str | os.PathLike[str] | None = None,
         **settings: Any,
     ) -> None:
         if servers_per_gpu < 1:
             raise ValueError("servers_per_gpu must be at least 1")
+        if mps and not gpus:
+            raise ValueError("mps (NVIDIA's Multi-Process Service) is for servers sharing GPUs: give gpus")
+        self.mps = MPSDaemon() if mps else None
         slots: list[int | None] = [g for g in gpus for _ in range(servers_per_gpu)] or [None] * servers_per_gpu
         log_root = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-group-"))
         log_root.mkdir(parents=True, exist_ok=True)
-        base_env = dict(settings.pop("env", None) or {})
+        base_env = {**(settings.pop("env", None) or {}), **(self.mps.env if self.mps else {})}
         self.servers: list[VLLMServer] = []
         for n, gpu in enumerate(slots):
             env = dict(base_env)
@@ -593,8 +634,9 @@ class ServerGroup:
 
     def __repr__(self) -> str:
         router = f", router={self.router.policy!r}" if self.router else ""
+        mps = ", MPS" if self.mps else ""
         model = self.servers[0].model
-        return f"ServerGroup({len(self.servers)} servers of {model!r}{router}, logs in {self.log_dir})"
+        return f"ServerGroup({len(self.servers)} servers of {model!r}{router}{mps}, logs in {self.log_dir})"
 
     @property
     def base_urls(self) -> list[str]:
@@ -610,6 +652,8 @@ class ServerGroup:
         """Start every server (and the router), waiting until all answer; on any failure,
         stop them all and raise."""
         try:
+            if self.mps:
+                self.mps.start()
             for server in self.servers:
                 server.spawn()
             for server in self.servers:
@@ -622,11 +666,13 @@ class ServerGroup:
         return self
 
     def stop(self) -> None:
-        """Stop the router and every server; idempotent."""
+        """Stop the router, every server and the MPS daemon; idempotent."""
         if self.router:
             self.router.stop()
         for server in self.servers:
             server.stop()
+        if self.mps:
+            self.mps.stop()
 
     @property
     def pids(self) -> list[int]:

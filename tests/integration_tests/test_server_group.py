@@ -85,6 +85,28 @@ def test_the_router_passes_classify_requests_to_a_head_server(head_server_url: s
         assert b.scores == pytest.approx(a.scores, abs=1e-4)
 
 
+def test_the_scale_benchmark_measures_the_group(group: ServerGroup, tiny_model: Path, tmp_path: Path) -> None:
+    """``qwen-fast bench-scale``'s parts on the running group (the command itself starts its own)."""
+    import asyncio
+
+    from langchain_qwen_fast import scale_benchmark as bench
+
+    urls, tokenizer = group.base_urls, str(tiny_model)
+    row = bench.measure_subset(urls, "qwen3", tokenizer, 256, group.pids[:2], sweep=False)
+    (default,) = row["default"]
+    assert row["servers"] == 2 and default["per_s"] > 0
+    assert default["cores_busy"]["engine_core"] > 0.05 and default["cores_busy"]["api_server"] > 0.01
+    routed = bench.router_against_client(urls, "qwen3", tokenizer, 256, "round_robin", tmp_path)
+    assert len(routed["client"]) == len(routed["router"]) == 2 and routed["router_over_client"] > 0
+    shape = bench.request_shape(urls[0], "qwen3", tokenizer, 256)
+    assert len(shape["now"]) == len(shape["with allowed_token_ids"]) == 2
+    load = bench.warm_classifier(urls[:1], "qwen3", tokenizer)
+    texts = headlines(128)
+    profile = bench.profile(group.pids[0], 3, lambda: asyncio.run(load.abatch(texts)), tmp_path)
+    engine = next(p for p in profile if "EngineCore" in p)  # the engine core's samples, by function
+    assert profile[engine]["samples"] > 0 and profile[engine]["inclusive_pct"]
+
+
 def test_the_group_stops_every_process(group: ServerGroup) -> None:
     """Last in this file: stops the module's group (its fixture's own stop is then a no-op)."""
     pids = group.pids

@@ -170,7 +170,7 @@ def test_batch_groups_prompts_per_request(fake: FakeVLLM) -> None:
 @pytest.mark.parametrize(
     ("replicas", "items", "sizes"),
     [
-        (1, 4096, [256] * 16),  # a big batch: requests of 256
+        (1, 4096, [128] * 32),  # a big batch: requests of 128
         (1, 200, [25] * 8),  # a small one: a share for each of the 8 in flight
         (1, 40, [16, 16, 8]),  # never under 16 a request
         (3, 960, [40] * 24),  # 8 in flight per replica
@@ -188,7 +188,7 @@ def test_default_load_follows_the_batch_and_the_replicas(
     assert sorted((len(r.body["prompt"]) for r in grouped), reverse=True) == sizes
     if replicas > 1:  # every replica got its share
         hosts = [httpx.URL(r.url).host for r in grouped]
-        assert min(hosts.count(f"r{k}.test") for k in range(replicas)) >= 6
+        assert min(hosts.count(f"r{k}.test") for k in range(replicas)) >= 4
 
 
 @pytest.mark.parametrize(
