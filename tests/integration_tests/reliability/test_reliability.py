@@ -18,7 +18,6 @@ from langchain_qwen_fast import (
     Classification,
     ContextLengthError,
     InvalidInputError,
-    LabelParseError,
     QwenClassifier,
     ResponseFormatError,
     ServerConnectionError,
@@ -54,6 +53,12 @@ def off_label(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+def no_label_logprobs(reply: dict[str, Any]) -> dict[str, Any]:
+    for choice in reply["choices"]:
+        choice["logprobs"]["top_logprobs"] = [{"token_id:39": -0.1}]
+    return reply
+
+
 FAULTS = [
     # (name, faults queued on /completions, client settings, expected: "ok" or error type, requests sent)
     ("429 then ok, honouring Retry-After", [Fault.http(429, {"Retry-After": "0.3"})], {}, "ok", 2),
@@ -65,7 +70,9 @@ FAULTS = [
     ("stall every time", [Fault.stall(1.5)] * 2, {"timeout": 0.5, "max_retries": 1}, ServerTimeoutError, 2),
     ("malformed JSON", [Fault.raw(b"{not json")], {}, ResponseFormatError, 1),
     ("truncated JSON", [Fault.raw(b'{"choices": [{"index": 0, "te')], {}, ResponseFormatError, 1),
-    ("reply that is no label", [Fault.rewrite_reply(off_label)], {}, LabelParseError, 1),
+    # The sampled token is not read (every label token's logprob is asked for): any token will do.
+    ("sampled token answers no label", [Fault.rewrite_reply(off_label)], {}, "ok", 1),
+    ("reply without the labels' logprobs", [Fault.rewrite_reply(no_label_logprobs)], {}, ResponseFormatError, 1),
     ("400 is not retried", [Fault.http(400)], {}, ServerStatusError, 1),
 ]
 
@@ -101,13 +108,14 @@ def test_bad_choice_inside_a_group_fails_only_that_item(proxy: FaultProxy, news_
     classifier.invoke("warm up")
 
     def corrupt_third(reply: dict[str, Any]) -> dict[str, Any]:
-        reply["choices"][2]["logprobs"]["tokens"] = ["token_id:39"]  # no label's token
+        reply["choices"][2]["logprobs"]["top_logprobs"] = [{"token_id:39": -0.1}]  # no label's logprob
         del reply["choices"][5]  # and one choice missing altogether
         return reply
 
     proxy.inject("/v1/completions", Fault.rewrite_reply(corrupt_third))
     results = classifier.batch(news_texts[:10], return_exceptions=True)
-    assert isinstance(results[2], LabelParseError) and isinstance(results[5], ResponseFormatError)
+    assert isinstance(results[2], ResponseFormatError) and "no logprob for answer tokens" in str(results[2])
+    assert isinstance(results[5], ResponseFormatError) and "no choice for prompt" in str(results[5])
     assert all(isinstance(r, Classification) for i, r in enumerate(results) if i not in (2, 5))
 
 
