@@ -198,11 +198,17 @@ def test_default_load_follows_the_batch_and_the_replicas(
 async def test_default_in_flight_is_eight_per_replica(
     fake: FakeVLLM, replicas: int, settings: dict[str, Any], config: Any, peak: int
 ) -> None:
-    seen = {"now": 0, "peak": 0}
+    seen = {"now": 0, "peak": 0, "armed": 0}
 
     async def counting(request: httpx.Request) -> httpx.Response:
+        if not seen["armed"]:  # the set-up's requests, one at a time
+            return await fake.transport.handle_async_request(request)
         seen["now"] += 1
         seen["peak"] = max(seen["peak"], seen["now"])
+        for _ in range(200):  # hold requests until the expected number were in flight once (or 2 s)
+            if seen["peak"] >= peak:
+                break
+            await asyncio.sleep(0.01)
         await asyncio.sleep(0.01)
         seen["now"] -= 1
         return await fake.transport.handle_async_request(request)
@@ -210,6 +216,7 @@ async def test_default_in_flight_is_eight_per_replica(
     urls = [f"http://r{k}.test/v1" for k in range(replicas)]
     classifier = make(fake, base_url=urls, http_transport=httpx.MockTransport(counting), **settings)
     await classifier.aprepare()
+    seen["armed"] = 1
     await classifier.abatch(headlines(2000), config=config)
     assert seen["peak"] == peak
 
