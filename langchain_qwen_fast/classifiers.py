@@ -478,14 +478,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     ) -> list[Classification]:
         """Classify ``inputs`` in grouped requests, in input order; each bad item keeps its own error
         (raised unless ``return_exceptions``)."""
-        results = self._batch_group(list(inputs), config, None)
-        if not return_exceptions:
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
-        return results
+        return _raise_unless(return_exceptions, self._batch_results(list(inputs), config, None))
 
-    def _batch_group(self, inputs: list[Any], config: Any, group: int | None) -> list[Any]:
+    def _batch_results(self, inputs: list[Any], config: Any, group: int | None) -> list[Any]:
         """A batch, each item's result or error in its place; ``group``: prompts per request."""
         if not inputs:
             return []
@@ -505,12 +500,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         # run bookkeeping is done in slices with a yield between them: done in one go it holds
         # the event loop for ~40 µs an item, most of a second for 20,000 items.
         """Async :meth:`batch`."""
-        results = await self._abatch(list(inputs), config, None)
-        if not return_exceptions:
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
-        return results
+        return _raise_unless(return_exceptions, await self._abatch(list(inputs), config, None))
 
     async def _abatch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None, group: int | None
@@ -560,7 +550,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         chunks = _chunks(list(inputs), config, self.batch_size or group_size(len(inputs), in_flight))
         workers = max(1, min(in_flight, len(chunks)))
         with ThreadPoolExecutor(workers, thread_name_prefix="qwen-fast-group") as pool:
-            futures = {pool.submit(self._batch_group, part, cfg, len(part)): start for start, part, cfg in chunks}
+            futures = {pool.submit(self._batch_results, part, cfg, len(part)): start for start, part, cfg in chunks}
             for future in as_completed(futures):
                 for offset, result in enumerate(future.result()):
                     if isinstance(result, Exception) and not return_exceptions:
@@ -619,6 +609,15 @@ def _load_tokenizer(path: str) -> Any:
         return Tokenizer.from_file(str(file))
     except Exception as exc:
         raise ValueError(f"tokenizer_path: cannot load {file}: {exc}") from None
+
+
+def _raise_unless(return_exceptions: bool, results: list[Any]) -> list[Any]:
+    """``results``, or the first item's error raised when errors are not to be returned."""
+    if not return_exceptions:
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+    return results
 
 
 def _unobserved(config: RunnableConfig | Sequence[RunnableConfig] | None) -> bool:
