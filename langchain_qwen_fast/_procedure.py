@@ -304,22 +304,19 @@ class Procedure:
         pending = [b for b in bodies if b not in outcome]
 
         prompt_of: dict[str, Any] = {}
+        # UTF-8 bytes bound byte-level BPE tokens from above: only bodies with more bytes than
+        # the budget need an exact count, from the server or, with a tokenizer, here.
+        budget = plan.text_token_budget
+        unsure = [b for b in pending if len(b) * 4 > budget and len(b.encode()) > budget]
         if plan.tokenizer is None:
-            # UTF-8 bytes bound byte-level BPE tokens from above: only bodies with more bytes
-            # than the budget need an exact count from the server.
-            budget = plan.text_token_budget
-            unsure = [b for b in pending if len(b) * 4 > budget and len(b.encode()) > budget]
             if unsure:
                 counts = yield [vllm_api.tokenize_call(self.model, b) for b in unsure]
                 for body, count in zip(unsure, counts, strict=True):
                     outcome[body] = count if isinstance(count, Exception) else _length_error(plan, count)
             pending = [b for b in pending if outcome.get(b) is None]
         else:
-            # Tokens never outnumber UTF-8 bytes: only bodies with more bytes than the budget
-            # are tokenised now, for their exact length (a slice at a time, the event loop
-            # runs between); the rest are tokenised group by group as their requests go out.
-            budget = plan.text_token_budget
-            unsure = [b for b in pending if len(b) * 4 > budget and len(b.encode()) > budget]
+            # Those are tokenised now (a slice at a time, the event loop runs between); the
+            # rest group by group as their requests go out.
             for start in range(0, len(unsure), _ENCODE_SLICE):
                 part = unsure[start : start + _ENCODE_SLICE]
                 for body, ids in zip(part, plan.encode_bodies(part), strict=True):
