@@ -338,7 +338,7 @@ def _classifier_runs(
 
 
 def run_capabilities(
-    base_url: str, model: str, tokenizer: str | None, texts: list[str], rounds: int = 2
+    base_url: str | list[str], model: str, tokenizer: str | None, texts: list[str], rounds: int = 2
 ) -> tuple[list[PathResult], dict[str, float]]:
     """``QwenClassifier.abatch`` with each capability against zero-shot single-label, on the same
     server and texts: multi-label with 4 labels, 8 static examples, an example selector (a
@@ -726,7 +726,7 @@ _STAGES = {
 }
 
 
-def _histogram_totals(root_url: str) -> dict[str, tuple[float, float]]:
+def histogram_totals(root_url: str) -> dict[str, tuple[float, float]]:
     """(sum, count) of each stage's histogram from ``/metrics``; empty when stats are off."""
     import httpx
 
@@ -743,6 +743,15 @@ def _histogram_totals(root_url: str) -> dict[str, tuple[float, float]]:
     return totals
 
 
+def stage_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Mean ms of each stage between two :func:`histogram_totals` readings."""
+    return {
+        stage: round((after[stage][0] - before[stage][0]) / (after[stage][1] - before[stage][1]) * 1000, 3)
+        for stage in after
+        if stage in before and after[stage][1] > before[stage][1]
+    }
+
+
 def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None) -> dict[str, Any]:
     """A short measurement of one server configuration: one-at-a-time latency (raw HTTP and
     QwenClassifier with token ids, with vLLM's own per-stage means when it keeps stats) and
@@ -751,9 +760,9 @@ def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None
     paths, objects = build(url, args.model, args.tokenizer)
     keep = [name for name in paths if name.startswith(("raw HTTP", "QwenClassifier.invoke"))]
     root = url.rstrip("/").removesuffix("/v1")
-    before = _histogram_totals(root)
+    before = histogram_totals(root)
     results = run_one_at_a_time({k: paths[k] for k in keep}, news_items(args.invoke_items))
-    after = _histogram_totals(root)
+    after = histogram_totals(root)
     runs = _all_classifier_runs(objects, news_items(args.items), None)
     results += [_timed(name, n, fn) for name, n, fn in runs if ".abatch" in name]
     row: dict[str, Any] = {}
@@ -761,11 +770,7 @@ def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None
         gpu = sampler.window(*r.window) if sampler else {}
         summary = r.summary(r.rps)
         row[r.name] = {k: summary[k] for k in ("requests_per_s", "p50_ms", "cores_busy") if k in summary} | gpu
-    stages = {
-        stage: round((after[stage][0] - before[stage][0]) / (after[stage][1] - before[stage][1]) * 1000, 3)
-        for stage in after
-        if stage in before and after[stage][1] > before[stage][1]
-    }
+    stages = stage_means(before, after)
     if stages:
         row["server_stage_mean_ms (one at a time)"] = stages
     return row
@@ -1004,4 +1009,4 @@ def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Pa
     return report
 
 
-__all__ = ["PathResult", "add_parser", "measure", "run"]
+__all__ = ["PathResult", "add_parser", "histogram_totals", "measure", "run", "stage_means"]

@@ -12,6 +12,18 @@ def is_retryable_status(status_code: int) -> bool:
 class QwenFastError(Exception):
     """Base class of every error this package raises."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled with its attributes (errors come back from client processes): the default
+        # calls ``cls(*args)``, which fails for errors with keyword-only fields.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[QwenFastError], args: tuple[object, ...], state: dict[str, object]) -> QwenFastError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class InvalidInputError(QwenFastError, ValueError):
     """An input cannot be classified (empty, not text, too long, ...); no request was sent."""

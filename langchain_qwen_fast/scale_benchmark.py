@@ -11,8 +11,14 @@ the best point. Also, on request: vLLM's router in front of the servers against 
 client's own spreading, at the same load (``--router``); the request shape before and after
 dropping ``allowed_token_ids`` on one server (``--compare-request-shape``); and where one
 server's CPU goes under load, from ``py-spy`` samples of its API process and engine core
-(``--profile-seconds``; needs py-spy). Also reports one-at-a-time p50, GPU memory, and the
-cores each role kept busy. Needs the ``bench`` extra; uses vLLM and nvidia-smi where present.
+(``--profile-seconds``; ``--profile-one-at-a-time``: under single requests instead); the
+defaults again with the batch spread over client processes (``--client-processes``); the
+capability rows of ``qwen-fast bench`` (multi-label, examples, ...) over the first k servers
+(``--capabilities-subsets``); and one-at-a-time latency of server variants started side by
+side on the first GPU (``--latency-variants FILE``). Also reports one-at-a-time p50, GPU
+memory, and the cores each role (and the client's event loop) kept busy. ``--mode head``
+measures a classification-head model. Needs the ``bench`` extra; uses vLLM and nvidia-smi
+where present.
 """
 
 from __future__ import annotations
@@ -28,12 +34,22 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast import vllm_api
-from langchain_qwen_fast.benchmark import LABELS, GpuSampler, server_cpu_seconds
+from langchain_qwen_fast.benchmark import (
+    LABELS,
+    GpuSampler,
+    histogram_totals,
+    run_capabilities,
+    server_cpu_seconds,
+    stage_means,
+)
 from langchain_qwen_fast.samples import news_items
 from langchain_qwen_fast.stats import percentile
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast.server.launcher import ProfileName
 
 #: the sweep: prompts per request x requests in flight per server
 SWEEP_GROUPS = (128, 256)
@@ -41,12 +57,13 @@ SWEEP_IN_FLIGHT = (4, 8, 16)
 
 
 def warm_classifier(urls: Sequence[str], model: str, tokenizer: str | None, **load: Any) -> Any:
-    """A classifier over ``urls`` (``load``: its batch_size/max_concurrency), set up and with
-    each server's prefix cache warm."""
+    """A classifier over ``urls`` (``load``: its batch_size/max_concurrency, mode,
+    client_processes), set up (workers too) and with each server's prefix cache warm."""
     from langchain_qwen_fast import QwenClassifier
 
     classifier = QwenClassifier(labels=LABELS, base_url=list(urls), model=model, tokenizer_path=tokenizer, **load)
     classifier.batch(news_items(16 * len(urls)))  # set-up, and each server's prefix cache warm
+    classifier.prepare()
     return classifier
 
 
@@ -54,13 +71,15 @@ def throughput(classifier: Any, texts: list[str], pids: Sequence[int] = ()) -> d
     """Classifications/s of one ``abatch`` over ``texts`` (every item must succeed), with the
     cores each server role kept busy meanwhile."""
     before = server_cpu_seconds(pids)
-    c0, t0 = time.process_time(), time.perf_counter()
+    c0, t0, l0 = time.process_time(), time.perf_counter(), time.thread_time()
     results = asyncio.run(classifier.abatch(texts))
     seconds = time.perf_counter() - t0
+    loop_seconds = time.thread_time() - l0  # the event loop runs in this thread
     after = server_cpu_seconds(pids)
     assert len(results) == len(texts)
     cores = {role: round((after[role] - before[role]) / seconds, 2) for role in after if role in before}
     cores["client"] = round((time.process_time() - c0) / seconds, 2)
+    cores["client_event_loop"] = round(loop_seconds / seconds, 2)
     return {"per_s": round(len(texts) / seconds, 1), "cores_busy": cores}
 
 
@@ -84,20 +103,39 @@ def gpu_memory_mib() -> list[float]:
 
 
 def measure_subset(
-    urls: Sequence[str], model: str, tokenizer: str | None, items: int, pids: Sequence[int], sweep: bool
+    urls: Sequence[str],
+    model: str,
+    tokenizer: str | None,
+    items: int,
+    pids: Sequence[int],
+    sweep: bool,
+    mode: str = "generate",
+    processes: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """The defaults (twice: before and after the sweep) and, with ``sweep``, the grid."""
+    """The defaults (twice: before and after the sweep) and, with ``sweep``, the grid; for
+    each count in ``processes``, the defaults with the batch spread over that many client
+    processes, interleaved with a one-process run."""
     texts = news_items(items)
-    default = warm_classifier(urls, model, tokenizer)
-    row: dict[str, Any] = {"servers": len(urls), "default": [throughput(default, texts, pids)]}
+    default = warm_classifier(urls, model, tokenizer, mode=mode)
+    row: dict[str, Any] = {"servers": len(urls), "mode": mode, "default": [throughput(default, texts, pids)]}
     print(f"{len(urls)} servers, defaults: {row['default'][0]['per_s']}/s", flush=True)
+    row["client_processes"] = []
+    for count in processes:
+        spread = warm_classifier(urls, model, tokenizer, mode=mode, client_processes=count)
+        runs = [throughput(spread, texts, pids), throughput(default, texts, pids), throughput(spread, texts, pids)]
+        spread.close()
+        ratio = round((runs[0]["per_s"] + runs[2]["per_s"]) / (runs[1]["per_s"] + row["default"][0]["per_s"]), 3)
+        row["client_processes"].append(
+            {"processes": count, "runs": [runs[0], runs[2]], "one_process": runs[1], "over_one_process": ratio}
+        )
+        print(f"  {count} client processes: {[r['per_s'] for r in runs]}/s (spread, one, spread)", flush=True)
     if sweep:
         cells = []
         for group in SWEEP_GROUPS:
             for per_server in SWEEP_IN_FLIGHT:
-                load = {"batch_size": group, "max_concurrency": per_server * len(urls)}
+                load = {"batch_size": group, "max_concurrency": per_server * len(urls), "mode": mode}
                 got = throughput(warm_classifier(urls, model, tokenizer, **load), texts, pids)
-                cells.append({**load, "per_s": got["per_s"]})
+                cells.append({"batch_size": group, "max_concurrency": load["max_concurrency"], "per_s": got["per_s"]})
                 print(
                     f"  {group:>4} per request x {load['max_concurrency']:>3} in flight: {got['per_s']}/s", flush=True
                 )
@@ -172,6 +210,88 @@ def request_shape(url: str, model: str, tokenizer: str | None, items: int) -> di
         row["with allowed_token_ids"].append(round(asyncio.run(run(before)), 1))
     print(json.dumps(row), flush=True)
     return {**row, "now_over_before": round(sum(row["now"]) / sum(row["with allowed_token_ids"]), 3)}
+
+
+def latency_variants(
+    model: str,
+    model_name: str,
+    tokenizer: str | None,
+    variants: dict[str, dict[str, Any]],
+    log_dir: Path,
+    gpu: int | None = None,
+    base_profile: ProfileName = "gpu",
+    rounds: int = 3,
+    items: int = 100,
+) -> dict[str, Any]:
+    """One-at-a-time latency of server variants, all started side by side (on ``gpu``) and
+    measured one request at a time in interleaved rounds: raw HTTP (the classifier's own
+    request body) and ``QwenClassifier.invoke``. Each variant is ``{"flags": [...], "drop":
+    [...], "env": {...}}``: ``base_profile``'s flags without those in ``drop``, then ``flags``."""
+    import httpx
+
+    from langchain_qwen_fast.server.launcher import PROFILES, VLLMServer, drop_flags
+
+    servers: dict[str, VLLMServer] = {}
+    report: dict[str, Any] = {}
+    for n, (name, variant) in enumerate(variants.items()):
+        profile, flags = base_profile, list(variant.get("flags", []))
+        if variant.get("drop"):
+            flags = drop_flags(PROFILES[base_profile].args, variant["drop"]) + flags
+            profile = "default"
+        env = {
+            **PROFILES[base_profile].env,  # kept when flags are dropped (the "default" profile has none)
+            **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}),
+            **variant.get("env", {}),
+        }
+        servers[name] = VLLMServer(
+            model,
+            profile=profile,
+            served_model_name=model_name,
+            extra_args=flags,
+            env=env,
+            log_path=log_dir / f"latency-{n}.log",
+        )
+        report[name] = {"flags": flags, "env": variant.get("env", {})}
+    try:
+        for server in servers.values():
+            server.spawn()
+        ready: dict[str, Any] = {}
+        for name, server in servers.items():
+            try:
+                server.wait_ready()
+                ready[name] = warm_classifier([server.base_url], model_name, tokenizer)
+            except Exception as exc:  # one variant that does not start must not lose the others
+                report[name]["error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+        texts = news_items(items)
+        samples: dict[str, dict[str, list[float]]] = {name: {"raw": [], "invoke": []} for name in ready}
+        roots = {name: servers[name].base_url.removesuffix("/v1") for name in ready}
+        stages_before = {name: histogram_totals(root) for name, root in roots.items()}
+        with httpx.Client(timeout=30) as http:
+            for _ in range(rounds):
+                for name, classifier in ready.items():
+                    plan = classifier.prepare()
+                    url = f"{servers[name].base_url}/completions"
+                    for text in texts:
+                        prompt = plan.encode([text])[0] if tokenizer else plan.render(text)
+                        body = vllm_api.completions_body(plan, model_name, 0, [prompt])
+                        t0 = time.perf_counter()
+                        http.post(url, json=body).raise_for_status()
+                        samples[name]["raw"].append((time.perf_counter() - t0) * 1000)
+                        t0 = time.perf_counter()
+                        classifier.invoke(text)
+                        samples[name]["invoke"].append((time.perf_counter() - t0) * 1000)
+        for name, got in samples.items():
+            report[name]["raw_http_p50_ms"] = percentile(got["raw"], 50)
+            report[name]["invoke_p50_ms"] = percentile(got["invoke"], 50)
+            report[name]["raw_http_p10_ms"] = percentile(got["raw"], 10)
+            stages = stage_means(stages_before[name], histogram_totals(roots[name]))  # empty unless stats are on
+            if stages:
+                report[name]["server_stage_mean_ms"] = stages
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(json.dumps(report, indent=1), flush=True)
+    return report
 
 
 def profile(pid: int, seconds: float, load: Callable[[], Any], out: Path, top: int = 25) -> dict[str, Any]:
@@ -252,6 +372,18 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--profile-seconds", type=float, default=0, help="py-spy one server under load this long")
     parser.add_argument("--server-arg", action="append", default=[], help="extra vLLM flag (repeatable)")
     parser.add_argument("--mps", action="store_true", help="run the servers under NVIDIA MPS (see qwen-fast serve)")
+    parser.add_argument("--mode", choices=["generate", "head"], default="generate", help="the model's kind")
+    parser.add_argument(
+        "--client-processes", default="", help="also run the defaults spread over N client processes, e.g. 2,4"
+    )
+    parser.add_argument("--capabilities-subsets", default="", help="capability rows over the first k servers, e.g. 1,4")
+    parser.add_argument(
+        "--profile-one-at-a-time", action="store_true", help="--profile-seconds under single requests, not batches"
+    )
+    parser.add_argument(
+        "--latency-variants",
+        help="JSON file of server variants ({name: {flags, drop, env}}) for one-at-a-time latency, after the group",
+    )
     parser.add_argument("--out", default="out/scale", help="folder for scale.json and the py-spy samples")
     parser.add_argument("--label", default="", help="free text naming the machine, kept in the JSON")
     parser.set_defaults(run=run)
@@ -265,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Start the servers, run every part asked for, write ``scale.json``; returns the report."""
-    from langchain_qwen_fast.server.launcher import ServerGroup, gpu_count, parse_gpus
+    from langchain_qwen_fast.server.launcher import ServerGroup, gpu_count, has_gpu, parse_gpus
 
     out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -280,6 +412,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
     save = lambda: (out / "scale.json").write_text(json.dumps(report, indent=1))  # noqa: E731
     gpus = parse_gpus(args.gpus) if args.gpus else list(range(gpu_count()))
+    base_profile: ProfileName = args.profile if args.profile != "auto" else ("gpu" if has_gpu() else "cpu")
     settings = {"profile": args.profile, "served_model_name": args.model_name, "extra_args": args.server_arg}
     report["mps"] = args.mps
     group = ServerGroup(
@@ -293,14 +426,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         urls, pids = group.base_urls, group.pids
         sampler = GpuSampler() if shutil.which("nvidia-smi") else None
         report["p50_ms_one_server"] = one_at_a_time_p50(
-            warm_classifier(urls[:1], args.model_name, tokenizer), news_items(200)
+            warm_classifier(urls[:1], args.model_name, tokenizer, mode=args.mode), news_items(200)
         )
         sizes = [int(k) for k in args.subsets.split(",")] if args.subsets else [len(urls)]
         sweep = {int(k) for k in args.sweep_subsets.split(",") if k}
+        processes = [int(n) for n in args.client_processes.split(",") if n]
         report["subsets"] = []
         for k in sizes:
             t0 = time.perf_counter()
-            row = measure_subset(urls[:k], args.model_name, tokenizer, args.items, pids[:k], k in sweep)
+            row = measure_subset(
+                urls[:k], args.model_name, tokenizer, args.items, pids[:k], k in sweep, args.mode, processes
+            )
             if sampler:
                 row["gpu"] = sampler.window(t0, time.perf_counter())
             report["subsets"].append(row)
@@ -312,17 +448,35 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if args.compare_request_shape:
             report["request_shape"] = request_shape(urls[0], args.model_name, tokenizer, args.items)
             save()
+        for k in [int(k) for k in args.capabilities_subsets.split(",") if k]:
+            rows, ratios = run_capabilities(urls[:k], args.model_name, tokenizer, news_items(min(args.items, 8192)))
+            report.setdefault("capabilities", []).append(
+                {"servers": k, "per_s": {r.name: round(r.rps, 1) for r in rows}, "ratios": ratios}
+            )
+            print(json.dumps(report["capabilities"][-1]), flush=True)
+            save()
         if args.profile_seconds:
-            load = warm_classifier(urls[:1], args.model_name, tokenizer)
+            load = warm_classifier(urls[:1], args.model_name, tokenizer, mode=args.mode)
             texts = news_items(args.items)
-            report["profile"] = profile(pids[0], args.profile_seconds, lambda: asyncio.run(load.abatch(texts)), out)
+            work = (
+                (lambda: [load.invoke(t) for t in texts[:50]])
+                if args.profile_one_at_a_time
+                else (lambda: asyncio.run(load.abatch(texts)))
+            )
+            report["profile"] = profile(pids[0], args.profile_seconds, work, out)
+            report["profile_load"] = "one at a time" if args.profile_one_at_a_time else "abatch"
             save()
         if sampler:
             sampler.stop()
+    if args.latency_variants:
+        variants = json.loads(Path(args.latency_variants).read_text())
+        report["latency_variants"] = latency_variants(
+            args.model, args.model_name, tokenizer, variants, out / "logs", gpus[0] if gpus else None, base_profile
+        )
     save()
     print(json.dumps({k: v for k, v in report.items() if k != "profile"}, indent=1))
     print(f"wrote {out / 'scale.json'}")
     return report
 
 
-__all__ = ["add_parser", "measure", "run", "summarize_profile", "warm_classifier"]
+__all__ = ["add_parser", "latency_variants", "measure", "run", "summarize_profile", "warm_classifier"]

@@ -85,17 +85,26 @@ def test_the_router_passes_classify_requests_to_a_head_server(head_server_url: s
         assert b.scores == pytest.approx(a.scores, abs=1e-4)
 
 
-def test_the_scale_benchmark_measures_the_group(group: ServerGroup, tiny_model: Path, tmp_path: Path) -> None:
+def test_the_scale_benchmark_measures_the_group(
+    group: ServerGroup, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``qwen-fast bench-scale``'s parts on the running group (the command itself starts its own)."""
     import asyncio
 
+    from langchain_qwen_fast import _processes
     from langchain_qwen_fast import scale_benchmark as bench
 
     urls, tokenizer = group.base_urls, str(tiny_model)
-    row = bench.measure_subset(urls, "qwen3", tokenizer, 256, group.pids[:2], sweep=False)
+    monkeypatch.setattr(_processes, "MIN_ITEMS_PER_PROCESS", 64)  # 256 items reach both workers
+    row = bench.measure_subset(urls, "qwen3", tokenizer, 256, group.pids[:2], sweep=False, processes=[2])
     (default,) = row["default"]
     assert row["servers"] == 2 and default["per_s"] > 0
     assert default["cores_busy"]["engine_core"] > 0.05 and default["cores_busy"]["api_server"] > 0.01
+    assert 0 < default["cores_busy"]["client_event_loop"] <= default["cores_busy"]["client"] + 0.05
+    (spread,) = row["client_processes"]
+    assert spread["processes"] == 2 and len(spread["runs"]) == 2 and spread["over_one_process"] > 0
+    # The parent only hands out shares: its own CPU per item is far below one process's.
+    assert spread["runs"][0]["cores_busy"]["client"] < default["cores_busy"]["client"]
     routed = bench.router_against_client(urls, "qwen3", tokenizer, 256, "round_robin", tmp_path)
     assert len(routed["client"]) == len(routed["router"]) == 2 and routed["router_over_client"] > 0
     shape = bench.request_shape(urls[0], "qwen3", tokenizer, 256)
@@ -105,6 +114,20 @@ def test_the_scale_benchmark_measures_the_group(group: ServerGroup, tiny_model: 
     profile = bench.profile(group.pids[0], 3, lambda: asyncio.run(load.abatch(texts)), tmp_path)
     engine = next(p for p in profile if "EngineCore" in p)  # the engine core's samples, by function
     assert profile[engine]["samples"] > 0 and profile[engine]["inclusive_pct"]
+
+
+def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, tmp_path: Path) -> None:
+    from langchain_qwen_fast import scale_benchmark as bench
+
+    variants = {"cpu profile": {}, "cpu profile, no prefix caching": {"drop": ["--enable-prefix-caching"]}}
+    report = bench.latency_variants(
+        str(tiny_model), "qwen3", str(tiny_model), variants, tmp_path, base_profile="cpu", rounds=1, items=5
+    )
+    assert set(report) == set(variants)
+    for row in report.values():
+        assert "error" not in row, row
+        assert row["raw_http_p50_ms"] > 0 and row["invoke_p50_ms"] > 0
+    assert "--enable-prefix-caching" not in report["cpu profile, no prefix caching"]["flags"]
 
 
 def test_the_group_stops_every_process(group: ServerGroup) -> None:

@@ -66,3 +66,14 @@ def test_gpu_flag_file_names_known_profiles() -> None:
         assert entry.get("profile", "gpu") in PROFILES, name
         for flag in entry.get("drop", []):
             assert flag in PROFILES[entry.get("profile", "gpu")].args, (name, flag)
+
+
+def test_latency_variants_drop_only_flags_the_gpu_profile_has() -> None:
+    import json
+
+    from langchain_qwen_fast.server import PROFILES
+
+    for name, entry in json.loads((SERVER_DIR / "latency_variants.json").read_text()).items():
+        assert set(entry) <= {"flags", "drop", "env"}, name
+        for flag in entry.get("drop", []):
+            assert flag in PROFILES["gpu"].args, (name, flag)
