@@ -603,6 +603,13 @@ class ServerGroup:
         log_root = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-group-"))
         log_root.mkdir(parents=True, exist_ok=True)
         base_env = {**(settings.pop("env", None) or {}), **(self.mps.env if self.mps else {})}
+        extra = tuple(settings.pop("extra_args", ()))
+        if gpus and servers_per_gpu > 1 and "--gpu-memory-utilization" not in extra:
+            # vLLM refuses to start unless the card's free memory covers its utilisation
+            # share (0.92 by default), even with a fixed KV cache: a server starting after
+            # its neighbours took their memory failed (6 per H200). Each gets an equal share.
+            extra += ("--gpu-memory-utilization", f"{0.9 / servers_per_gpu:.3f}")
+        settings["extra_args"] = extra
         self.servers: list[VLLMServer] = []
         for n, gpu in enumerate(slots):
             env = dict(base_env)

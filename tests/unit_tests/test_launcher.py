@@ -78,7 +78,16 @@ def test_a_server_group_pins_each_server_to_its_gpu(tmp_path: Path) -> None:
     assert len({s.log_path for s in group.servers}) == 4
     kv = [s.command()[s.command().index("--kv-cache-memory-bytes") + 1] for s in group.servers]
     assert kv == ["2G"] * 4  # each keeps the job-sized cache, so several share a card
+    # and asks for its share of the card, so vLLM's free-memory check passes beside the others
+    share = [s.command()[s.command().index("--gpu-memory-utilization") + 1] for s in group.servers]
+    assert share == ["0.450"] * 4
     assert not group.running and group.pids == []
+    given = ServerGroup(
+        tmp_path, gpus=[0], servers_per_gpu=6, port=9000, profile="gpu", extra_args=["--gpu-memory-utilization", "0.1"]
+    )
+    assert given.servers[0].command().count("--gpu-memory-utilization") == 1  # the caller's value wins
+    alone = ServerGroup(tmp_path, gpus=[0], servers_per_gpu=1, port=9000, profile="gpu")
+    assert "--gpu-memory-utilization" not in alone.servers[0].command()
 
 
 def test_a_server_group_without_gpus_runs_cpu_servers(tmp_path: Path) -> None:
