@@ -95,8 +95,14 @@ class ClientProcesses:
         # The call's requests in flight are shared out, so the servers see the load they
         # would from one process.
         run_config = {"max_concurrency": max(1, math.ceil(in_flight / parts))}
-        pool = self._executor()
-        return [pool.submit(_classify_share, texts[s.start : s.stop], run_config) for s in shares(len(texts), parts)]
+        parts_of = [texts[s.start : s.stop] for s in shares(len(texts), parts)]
+        try:
+            pool = self._executor()
+            return [pool.submit(_classify_share, part, run_config) for part in parts_of]
+        except BrokenProcessPool:  # a worker died between batches: start a fresh pool, once
+            self._forget_broken()
+            pool = self._executor()
+            return [pool.submit(_classify_share, part, run_config) for part in parts_of]
 
     def _forget_broken(self) -> None:
         with self._lock:

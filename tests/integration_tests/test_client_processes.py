@@ -69,3 +69,28 @@ def test_small_batches_and_watched_batches_run_here(server_url: str, news_texts:
         assert not multiprocessing.active_children()
     finally:
         spread.close()
+
+
+async def test_a_worker_killed_mid_batch_loses_no_item(server_url: str, news_texts: list[str]) -> None:
+    import asyncio
+    import os
+    import signal
+
+    texts = [f"{i}: {t}" for i, t in enumerate((news_texts * 200)[: 2 * MIN_ITEMS_PER_PROCESS])]
+    here = QwenClassifier(labels=NEWS_LABELS, base_url=server_url, model="qwen3")
+    spread = QwenClassifier(labels=NEWS_LABELS, base_url=server_url, model="qwen3", client_processes=2)
+    try:
+        spread.prepare()
+        batch = asyncio.ensure_future(spread.abatch(texts))
+        await asyncio.sleep(1.0)
+        victim = multiprocessing.active_children()[0].pid
+        assert victim is not None and not batch.done()  # killed while the batch runs
+        os.kill(victim, signal.SIGKILL)
+        got = await batch
+        expected = await here.abatch(texts)
+        assert [r.label for r in got] == [r.label for r in expected]
+        for a, b in zip(expected, got, strict=True):
+            assert b.scores == pytest.approx(a.scores, abs=2e-3)
+    finally:
+        spread.close()
+        here.close()

@@ -115,3 +115,23 @@ def test_errors_cross_processes_whole(error: QwenFastError) -> None:
 def test_what_cannot_travel_is_refused(extra: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=f"client_processes=2 .* {next(iter(extra))} cannot go"):
         QwenClassifier(labels=["a", "b"], base_url="http://127.0.0.1:9/v1", client_processes=2, **extra)
+
+
+def test_workers_killed_between_batches_are_replaced() -> None:
+    import multiprocessing
+    import signal
+    import time
+
+    pool = ClientProcesses(EchoClassifier, {}, processes=2)
+    try:
+        pool.prepare()
+        workers = [p.pid for p in multiprocessing.active_children()]
+        assert len(workers) == 2
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)  # the pool's manager thread sees them die and marks the pool broken
+        results, lost = merge(4, pool.classify(["a", "b", "c", "d"], in_flight=2, parts=2))
+        assert lost == [] and [text for _, text, _ in results] == ["a", "b", "c", "d"]
+        assert not {pid for pid, _, _ in results} & set(workers)
+    finally:
+        pool.close()
