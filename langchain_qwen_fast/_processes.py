@@ -1,11 +1,12 @@
 """Client processes: one large batch spread over several Python processes.
 
-One process's event loop builds, sends and parses every request of a batch, and on H200
-servers it topped out near 5,000-6,600 classifications/s (docs/gpu-deployment.md) while the
-servers had room. Each worker process here holds its own classifier, built from the parent's
-configuration, and classifies an equal share of the batch with ``abatch``; the shares come
-back in input order. Knows nothing of what a classifier is beyond that constructor and
-``abatch``/``prepare``: the class itself travels to the workers (by reference).
+One process's event loop builds, sends and parses every request of a batch while its
+tokenizer threads contend for the same interpreter lock; on two H200s' servers, spreading a
+batch over processes classified 9-24 % more than one process (docs/gpu-deployment.md). Each
+worker process here holds its own classifier, built from the parent's configuration, and
+classifies an equal share of the batch with ``abatch``; the shares come back in input order.
+Knows nothing of what a classifier is beyond that constructor and ``abatch``/``aprepare``:
+the class itself travels to the workers (by reference).
 """
 
 from __future__ import annotations
