@@ -5,7 +5,8 @@
 Rows: JSONL objects with "text" (or "title" and "description"); CSV with a header that has
 a text column (--text-column), or AG News's layout without header: class index, title,
 description. Rows are classified in grouped requests; a row that cannot be classified gets
-its error in the output, in its place.
+its error in the output, in its place. ``--processes N`` spreads each chunk over N client
+processes (for servers on several GPUs; chunks of at least 1,024 rows per process).
 """
 
 from __future__ import annotations
@@ -63,12 +64,20 @@ def main() -> None:
     parser.add_argument("--labels", nargs="+", default=list(AG_NEWS_LABELS))
     parser.add_argument("--text-column", default="text")
     parser.add_argument("--chunk", type=int, default=1024, help="rows per abatch call")
+    parser.add_argument("--processes", type=int, default=1, help="client processes per chunk (QwenClassifier)")
     add_server_args(parser)
     args = parser.parse_args()
     texts = list(read_texts(args.path, args.text_column))
     with server_url(args) as url:
-        classifier = QwenClassifier(labels=args.labels, base_url=url, model=args.served_model_name)
-        results = asyncio.run(classify(classifier, texts, args.chunk))
+        classifier = QwenClassifier(
+            labels=args.labels, base_url=url, model=args.served_model_name, client_processes=args.processes
+        )
+        # A batch is spread over the processes only with at least 1,024 rows for each.
+        chunk = max(args.chunk, 1024 * args.processes) if args.processes > 1 else args.chunk
+        try:
+            results = asyncio.run(classify(classifier, texts, chunk))
+        finally:
+            classifier.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as f:
         for text, result in zip(texts, results):

@@ -76,3 +76,17 @@ def test_latency_comparison_example(server_url: str, tmp_path: Path) -> None:
     report = json.loads((tmp_path / "results.json").read_text())
     assert {row["path"] for row in report["rows"]} >= {"QwenClassifier.invoke", "LLMChain(ChatOpenAI)"}
     assert (tmp_path / "chart.png").stat().st_size > 0
+
+
+def test_classify_file_example_over_client_processes(server_url: str, news_texts: list[str], tmp_path: Path) -> None:
+    source, out = tmp_path / "rows.jsonl", tmp_path / "labels.jsonl"
+    texts = [f"{i}: {news_texts[i % len(news_texts)]}" for i in range(2100)]
+    texts[5] = "   "  # cannot be classified: its error in its place
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    printed = run_example(
+        "classify_file.py", str(source), "--out", str(out), "--processes", "2", "--base-url", server_url
+    )
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "wrote 2100 rows" in printed and "(1 could not be classified)" in printed
+    assert [r["text"] for r in rows] == texts
+    assert rows[5]["label"] is None and "InvalidInputError" in rows[5]["error"]
