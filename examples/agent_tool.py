@@ -19,7 +19,7 @@ def main() -> None:
     add_server_args(parser)
     args = parser.parse_args()
     with server_url(args) as url:
-        chat = ChatQwenFast(base_url=url, model=args.served_model_name, max_tokens=64, temperature=0)
+        chat = ChatQwenFast(base_url=url, model=args.served_model_name, max_completion_tokens=64, temperature=0)
         tool = QwenClassifier.from_chat_model(chat, labels=AG_NEWS_LABELS).as_tool()
         agent = chat.bind_tools([tool], tool_choice=tool.name)  # forced: the model must call it
         question = HumanMessage("Which section does this belong in: 'Holders through after late goal'?")

@@ -26,12 +26,14 @@ def main() -> None:
     add_server_args(parser)
     args = parser.parse_args()
     with server_url(args) as url:
-        chat = ChatQwenFast(base_url=url, model=args.served_model_name, max_tokens=24, temperature=0)
+        chat = ChatQwenFast(base_url=url, model=args.served_model_name, max_completion_tokens=24, temperature=0)
         classifier = QwenClassifier.from_chat_model(chat, labels=AG_NEWS_LABELS)
 
         # Prompt -> classifier -> downstream: the prompt builds the text, the classifier labels it.
         prompt = ChatPromptTemplate.from_messages([("human", "{title}. {body}")])
-        desk = RunnableLambda(lambda c: f"send to the {c.label} desk (p={c.confidence:.2f})")
+        desk: RunnableLambda[Classification, str] = RunnableLambda(
+            lambda c: f"send to the {c.label} desk (p={c.confidence:.2f})"
+        )
         chain = prompt | classifier | desk
         for article, routed in zip(ARTICLES, chain.batch(ARTICLES)):
             print(f"LCEL      {article['title']!r}: {routed}")

@@ -20,7 +20,7 @@ def main() -> None:
     add_server_args(parser)
     args = parser.parse_args()
     with server_url(args) as url:
-        classifier = QwenClassifier(labels=AG_NEWS_LABELS, base_url=url, model=args.served_model_name)
+        classifier = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url=url, model=args.served_model_name)
         classifier.invoke("warm-up")  # first call learns the label tokens from the server
         print(f"\n{'label':<9} {'p':>5} {'ms':>6}  headline")
         for headline in SAMPLE_HEADLINES:

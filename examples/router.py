@@ -36,7 +36,7 @@ def main() -> None:
     add_server_args(parser)
     args = parser.parse_args()
     with server_url(args) as url:
-        classifier = QwenClassifier(labels=AG_NEWS_LABELS, base_url=url, model=args.served_model_name)
+        classifier = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url=url, model=args.served_model_name)
         router = classifier.as_router(
             {"Sports": desk("sports desk"), "Business": desk("business desk"), "Sci/Tech": desk("science desk")},
             default=desk("general desk"),
