@@ -1,10 +1,11 @@
 """Fast, dependable text classification and routing with Qwen3 on vLLM, for LangChain."""
 
-from importlib import metadata
+from __future__ import annotations
 
-from langchain_qwen_fast.chat_models import ChatQwenFast
-from langchain_qwen_fast.classification import Classification, ClassifierInput
-from langchain_qwen_fast.classifiers import QwenClassifier
+import importlib
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
 from langchain_qwen_fast.errors import (
     ContextLengthError,
     InvalidInputError,
@@ -16,7 +17,34 @@ from langchain_qwen_fast.errors import (
     ServerTimeoutError,
     TransportError,
 )
-from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool, label_edge
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast.chat_models import ChatQwenFast
+    from langchain_qwen_fast.classification import Classification, ClassifierInput
+    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool, label_edge
+
+# Imported on first use: LangChain and the OpenAI client take seconds to import, and a
+# `qwen-fast serve`, a client worker process or `import langchain_qwen_fast.errors` need none.
+_LAZY = {
+    "ChatQwenFast": "langchain_qwen_fast.chat_models",
+    "Classification": "langchain_qwen_fast.classification",
+    "ClassifierInput": "langchain_qwen_fast.classification",
+    "QwenClassifier": "langchain_qwen_fast.classifiers",
+    "ClassifierRouter": "langchain_qwen_fast.routing",
+    "classifier_tool": "langchain_qwen_fast.routing",
+    "label_edge": "langchain_qwen_fast.routing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 try:
     __version__ = metadata.version(__package__ or "langchain-qwen-fast")

@@ -13,24 +13,7 @@ from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast._processes import MIN_ITEMS_PER_PROCESS, ClientProcesses, merge, processes_for, shares
 from langchain_qwen_fast.caches import InMemoryCache
 from langchain_qwen_fast.errors import ContextLengthError, LabelParseError, QwenFastError, ServerStatusError
-
-DIE_ON = "die"
-
-
-class EchoClassifier:
-    """A stand-in classifier for the workers: answers each text with (pid, text, in flight);
-    its process exits at once on the text ``DIE_ON``."""
-
-    def __init__(self, **config: Any) -> None:
-        self.config = config
-
-    async def abatch(self, texts: list[str], config: dict[str, Any], return_exceptions: bool) -> list[Any]:
-        if DIE_ON in texts:
-            os._exit(3)
-        return [(os.getpid(), text, config["max_concurrency"]) for text in texts]
-
-    async def aprepare(self) -> None:
-        return None
+from tests.unit_tests.echo_worker import DIE_ON, EchoClassifier
 
 
 def test_shares_cover_every_item_once_in_order() -> None:
@@ -56,31 +39,36 @@ def test_merge_marks_a_lost_share() -> None:
     assert lost == [0, 1, 2] and results == [None, None, None, "c", "d"]
 
 
-def test_workers_answer_in_order_and_share_the_load() -> None:
+async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
+    """One pool's life (each worker spawn costs seconds, so one test): shares answered in
+    order with the load shared out; workers killed between batches replaced; a worker dying
+    mid-batch losing only its share; the pool usable again after."""
+    import multiprocessing
+    import signal
+    import time
+
     pool = ClientProcesses(EchoClassifier, {}, processes=2)
     try:
         texts = [f"t{i}" for i in range(11)]
-        outcomes = pool.classify(texts, in_flight=9, parts=2)
-        results, lost = merge(len(texts), outcomes)
-        assert lost == []
-        assert [text for _, text, _ in results] == texts
+        results, lost = merge(len(texts), pool.classify(texts, in_flight=9, parts=2))
+        assert lost == [] and [text for _, text, _ in results] == texts
         assert {in_flight for _, _, in_flight in results} == {5}  # 9 in flight shared out
-        assert all(pid != os.getpid() for pid, _, _ in results)
-    finally:
-        pool.close()
+        first = {pid for pid, _, _ in results}
+        assert os.getpid() not in first
 
+        for worker in multiprocessing.active_children():
+            os.kill(worker.pid or 0, signal.SIGKILL)
+        time.sleep(0.5)  # the pool's manager thread sees them die and marks the pool broken
+        results, lost = merge(4, pool.classify(["a", "b", "c", "d"], in_flight=2, parts=2))
+        assert lost == [] and [text for _, text, _ in results] == ["a", "b", "c", "d"]
+        assert not {pid for pid, _, _ in results} & first  # a fresh pool
 
-async def test_a_dead_worker_loses_only_its_share_and_the_pool_comes_back() -> None:
-    pool = ClientProcesses(EchoClassifier, {}, processes=2)
-    try:
-        texts = ["a", "b", "c", DIE_ON, "e", "f"]
-        outcomes = await pool.aclassify(texts, in_flight=4, parts=2)
+        dying = ["a", "b", "c", DIE_ON, "e", "f"]
+        outcomes = await pool.aclassify(dying, in_flight=4, parts=2)
         assert outcomes[1] is None
-        results, lost = merge(len(texts), outcomes)
-        assert lost == [3, 4, 5]
-        if outcomes[0] is not None:  # the other share may have been lost with the pool
-            assert [text for _, text, _ in results[:3]] == ["a", "b", "c"]
-        again = pool.classify(["x"] * 4, in_flight=2, parts=2)  # a fresh pool
+        results, lost = merge(len(dying), outcomes)
+        assert lost[-3:] == [3, 4, 5]  # the other share may have been lost with the pool
+        again = pool.classify(["x"] * 4, in_flight=2, parts=2)
         assert [[text for _, text, _ in share or []] for share in again] == [["x", "x"], ["x", "x"]]
     finally:
         pool.close()
@@ -115,23 +103,3 @@ def test_errors_cross_processes_whole(error: QwenFastError) -> None:
 def test_what_cannot_travel_is_refused(extra: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=f"client_processes=2 .* {next(iter(extra))} cannot go"):
         QwenClassifier(labels=["a", "b"], base_url="http://127.0.0.1:9/v1", client_processes=2, **extra)
-
-
-def test_workers_killed_between_batches_are_replaced() -> None:
-    import multiprocessing
-    import signal
-    import time
-
-    pool = ClientProcesses(EchoClassifier, {}, processes=2)
-    try:
-        pool.prepare()
-        workers = [p.pid for p in multiprocessing.active_children()]
-        assert len(workers) == 2
-        for pid in workers:
-            os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)  # the pool's manager thread sees them die and marks the pool broken
-        results, lost = merge(4, pool.classify(["a", "b", "c", "d"], in_flight=2, parts=2))
-        assert lost == [] and [text for _, text, _ in results] == ["a", "b", "c", "d"]
-        assert not {pid for pid, _, _ in results} & set(workers)
-    finally:
-        pool.close()
