@@ -516,21 +516,22 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if not inputs:
             return []
         if _unobserved(config):
-            parts = self._parts(inputs, group)
-            if parts > 1:
-                assert self._processes is not None
+            spread = self._spread(inputs, group)
+            if spread is not None:
+                pool, parts = spread
                 texts, results, places = _texts(inputs)
-                shared, lost = merge(len(texts), self._processes.classify(texts, self._concurrency(config), parts))
+                shared, lost = merge(len(texts), pool.classify(texts, self._concurrency(config), parts))
                 redo = self._classify([inputs[places[i]] for i in lost], config) if lost else []
                 return _placed(results, places, shared, dict(zip(lost, redo, strict=True)))
             return self._classify(inputs, config, group)
         return self._batch_with_config(self._classify, inputs, config, return_exceptions=True, group=group)
 
-    def _parts(self, inputs: list[Any], group: int | None) -> int:
-        """Client processes a batch is spread over (1: this one)."""
+    def _spread(self, inputs: list[Any], group: int | None) -> tuple[ClientProcesses, int] | None:
+        """The client processes and how many of them a batch is spread over; None: run here."""
         if self._processes is None or group is not None:
-            return 1
-        return processes_for(len(inputs), self.client_processes)
+            return None
+        parts = processes_for(len(inputs), self.client_processes)
+        return (self._processes, parts) if parts > 1 else None
 
     async def abatch(
         self,
@@ -552,12 +553,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if not inputs:
             return []
         if _unobserved(config):
-            parts = self._parts(inputs, group)
-            if parts > 1:
-                assert self._processes is not None
+            spread = self._spread(inputs, group)
+            if spread is not None:
+                pool, parts = spread
                 texts, results, places = _texts(inputs)
-                outcomes = await self._processes.aclassify(texts, self._concurrency(config), parts)
-                shared, lost = merge(len(texts), outcomes)
+                shared, lost = merge(len(texts), await pool.aclassify(texts, self._concurrency(config), parts))
                 redo = await self._aclassify([inputs[places[i]] for i in lost], config) if lost else []
                 return _placed(results, places, shared, dict(zip(lost, redo, strict=True)))
             return await self._aclassify(inputs, config, group)
