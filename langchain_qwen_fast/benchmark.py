@@ -70,6 +70,56 @@ class GpuSampler:
         self._proc.terminate()
 
 
+def busy_and_clock(before: Sequence[Any], after: Sequence[Any], mhz: Sequence[float]) -> tuple[float, float | None]:
+    """Cores kept busy between two ``psutil.cpu_times(percpu=True)`` readings, and the mean
+    clock (MHz) of those cores weighted by how busy each was (None without one clock a core)."""
+    shares = []
+    for a, b in zip(before, after, strict=True):
+        total = sum(b) - sum(a)
+        idle = (b.idle - a.idle) + (getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0))
+        shares.append(max(0.0, min(1.0, (total - idle) / total)) if total > 0 else 0.0)
+    busy = sum(shares)
+    if len(mhz) != len(shares) or busy == 0:
+        return busy, None
+    return busy, sum(s * m for s, m in zip(shares, mhz, strict=True)) / busy
+
+
+class HostCpuSampler:
+    """Samples the whole host's busy cores and their clock (psutil) every ``interval`` seconds
+    in the background: servers and client share the host's cores, and a CPU's clock falls as
+    more of its cores work, so the same work takes longer on a busier host."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        import threading
+
+        import psutil
+
+        self._psutil = psutil
+        self.samples: list[tuple[float, float | None]] = []  # (busy cores, busy-weighted MHz)
+        self._done = threading.Event()
+        self._interval = interval
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        before = self._psutil.cpu_times(percpu=True)
+        while not self._done.wait(self._interval):
+            after = self._psutil.cpu_times(percpu=True)
+            clocks = [f.current for f in self._psutil.cpu_freq(percpu=True) or []]
+            self.samples.append(busy_and_clock(before, after, clocks))
+            before = after
+
+    def stop(self) -> dict[str, float | None]:
+        """Stop sampling; the mean busy cores and busy-weighted MHz over the samples."""
+        self._done.set()
+        self._thread.join()
+        clocks = [m for _, m in self.samples if m is not None]
+        return {
+            "host_cores_busy": round(sum(b for b, _ in self.samples) / len(self.samples), 2) if self.samples else None,
+            "busy_core_mhz": round(sum(clocks) / len(clocks)) if clocks else None,
+        }
+
+
 @dataclass
 class PathResult:
     """One path's measurement: items, wall and client CPU seconds, latencies, GPU and server CPU."""
@@ -1009,4 +1059,13 @@ def _compare_flags(args: argparse.Namespace, sampler: GpuSampler | None, out: Pa
     return report
 
 
-__all__ = ["PathResult", "add_parser", "histogram_totals", "measure", "run", "stage_means"]
+__all__ = [
+    "HostCpuSampler",
+    "PathResult",
+    "add_parser",
+    "busy_and_clock",
+    "histogram_totals",
+    "measure",
+    "run",
+    "stage_means",
+]

@@ -152,8 +152,12 @@ class LabelSet:
         )
 
     def question(self, label: str) -> str:
-        """A multi-label step's tail: the yes/no question for ``label``, then the answer's opening."""
-        return f"{_TURN_END}{USER_OPEN}Does the label {label!r} apply to the text? Answer yes or no.{PROMPT_SUFFIX}"
+        """A multi-label step's tail: the yes/no question for ``label``, then the answer's opening.
+
+        Short on purpose: the head (which asks for yes or no) and the text are cached, so a
+        step computes only its tail, once per label; this one is 22 tokens for ``'Sci/Tech'``
+        where ``Does the label ... apply to the text? Answer yes or no.`` took 32."""
+        return f"{_TURN_END}{USER_OPEN}Does {label!r} apply?{PROMPT_SUFFIX}"
 
     def _describe(self, label: str) -> str:
         desc = self.descriptions.get(label)

@@ -96,9 +96,17 @@ def test_the_scale_benchmark_measures_the_group(
 
     urls, tokenizer = group.base_urls, str(tiny_model)
     monkeypatch.setattr(_processes, "MIN_ITEMS_PER_PROCESS", 64)  # 256 items reach both workers
-    row = bench.measure_subset(urls, "qwen3", tokenizer, 256, group.pids[:2], sweep=False, processes=[2])
-    (default,) = row["default"]
+    monkeypatch.setattr(bench, "SWEEP_GROUPS", (16, 32))  # a small grid: the sweep's steps, not its figures
+    monkeypatch.setattr(bench, "SWEEP_IN_FLIGHT", (2,))
+    row = bench.measure_subset(urls, "qwen3", tokenizer, 256, group.pids[:2], sweep=True, processes=[2])
+    default = row["default"][0]
     assert row["servers"] == 2 and default["per_s"] > 0
+    assert [(c["batch_size"], c["max_concurrency"]) for c in row["sweep"]] == [(16, 4), (32, 4)]
+    assert len(row["default"]) == 2 and row["default_over_best"] > 0
+    again = row["best_again"]  # the best cell re-run against the defaults, interleaved
+    assert again["max_concurrency"] == 4 and len(again["best"]) == len(again["default"]) == 2
+    assert row["default_over_best_again"] == pytest.approx(sum(again["default"]) / sum(again["best"]), abs=1e-3)
+    assert default["host"]["host_cores_busy"] > 0.1  # the servers and client were working
     assert default["cores_busy"]["engine_core"] > 0.05 and default["cores_busy"]["api_server"] > 0.01
     assert 0 < default["cores_busy"]["client_event_loop"] <= default["cores_busy"]["client"] + 0.05
     (spread,) = row["client_processes"]

@@ -91,9 +91,7 @@ def test_multi_label_examples_and_questions() -> None:
     assert labels.render_head().endswith(
         "<|im_start|>user\nExamples:\nText: x\nLabels: a, b\nText: y\nLabels: none<|im_end|>\n"
     )
-    assert labels.question("b") == (
-        "<|im_end|>\n<|im_start|>user\nDoes the label 'b' apply to the text? Answer yes or no." + PROMPT_SUFFIX
-    )
+    assert labels.question("b") == ("<|im_end|>\n<|im_start|>user\nDoes 'b' apply?" + PROMPT_SUFFIX)
 
 
 @pytest.mark.parametrize(

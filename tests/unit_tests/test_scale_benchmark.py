@@ -1,7 +1,12 @@
-"""The scale benchmark's pure parts: reading py-spy's collapsed stacks."""
+"""The scale benchmark's pure parts: reading py-spy's collapsed stacks, the host's busy cores."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import pytest
+
+from langchain_qwen_fast.benchmark import busy_and_clock
 from langchain_qwen_fast.scale_benchmark import summarize_profile
 
 API = 'process 10:"python -m vllm.entrypoints.openai.api_server --model m"'
@@ -25,3 +30,20 @@ def test_samples_go_to_the_innermost_process_with_self_and_inclusive_shares() ->
     api = report["python -m vllm.entrypoints.openai.api_server --model m"]
     assert api["samples"] == 40 and api["self_pct"]["decode (detokenizer.py)"] == 75.0
     assert "busy_loop (core.py)" not in api["inclusive_pct"]  # a child's frames stay the child's
+
+
+class CpuTimes(NamedTuple):  # the fields of psutil's per-CPU times that matter here
+    user: float
+    system: float
+    idle: float
+    iowait: float
+
+
+def test_busy_cores_and_their_clock_weighted_by_how_busy_each_was() -> None:
+    before = [CpuTimes(0, 0, 0, 0), CpuTimes(0, 0, 0, 0), CpuTimes(5, 5, 5, 5)]
+    after = [CpuTimes(8, 2, 0, 0), CpuTimes(1, 1, 6, 2), CpuTimes(5, 5, 15, 5)]  # busy 1, 0.2, 0
+    busy, mhz = busy_and_clock(before, after, [3000.0, 2000.0, 1000.0])
+    assert busy == pytest.approx(1.2)
+    assert mhz == pytest.approx((1.0 * 3000 + 0.2 * 2000) / 1.2)  # the idle core's clock does not count
+    assert busy_and_clock(before, after, []) == (pytest.approx(1.2), None)  # no clocks readable
+    assert busy_and_clock(before, before, [1.0, 1.0, 1.0]) == (0.0, None)  # no time passed
