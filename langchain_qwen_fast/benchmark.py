@@ -36,14 +36,14 @@ SYSTEM = f"{DEFAULT_INSTRUCTIONS}\nLabels: {', '.join(LABELS)}"
 
 
 class GpuSampler:
-    """Samples GPU utilisation and memory with ``nvidia-smi`` every 200 ms in the background."""
+    """Samples each GPU's utilisation and memory with ``nvidia-smi`` every 200 ms in the background."""
 
     def __init__(self) -> None:
         import subprocess
         import threading
 
-        self.samples: list[tuple[float, float, float]] = []  # (time, util %, memory MiB)
-        query = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+        self.samples: list[tuple[float, int, float, float]] = []  # (time, GPU index, util %, memory MiB)
+        query = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
         self._proc = subprocess.Popen([*query, "-lms", "200"], stdout=subprocess.PIPE, text=True)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
@@ -52,22 +52,33 @@ class GpuSampler:
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
             with contextlib.suppress(ValueError):
-                util, mem = (float(x) for x in line.split(",")[:2])
-                self.samples.append((time.perf_counter(), util, mem))
+                index, util, mem = line.split(",")[:3]
+                self.samples.append((time.perf_counter(), int(index), float(util), float(mem)))
 
-    def window(self, start: float, end: float) -> dict[str, float | None]:
-        """Mean utilisation and peak memory between ``start`` and ``end`` (perf_counter seconds)."""
-        inside = [(u, m) for t, u, m in self.samples if start <= t <= end]
-        if not inside:
-            return {"gpu_util_mean_pct": None, "gpu_mem_max_mib": None}
-        return {
-            "gpu_util_mean_pct": round(sum(u for u, _ in inside) / len(inside), 1),
-            "gpu_mem_max_mib": max(m for _, m in inside),
-        }
+    def window(self, start: float, end: float) -> dict[str, Any]:
+        """See :func:`gpu_window`."""
+        return gpu_window(self.samples, start, end)
 
     def stop(self) -> None:
         """Stop sampling."""
         self._proc.terminate()
+
+
+def gpu_window(samples: Sequence[tuple[float, int, float, float]], start: float, end: float) -> dict[str, Any]:
+    """From ``(time, GPU index, util %, memory MiB)`` samples between ``start`` and ``end``
+    (perf_counter seconds): the mean utilisation over all GPUs and each GPU's own (an idle GPU
+    halves the mean of two), and the peak memory of any GPU."""
+    inside = [(g, u, m) for t, g, u, m in samples if start <= t <= end]
+    if not inside:
+        return {"gpu_util_mean_pct": None, "gpu_util_mean_pct_by_gpu": None, "gpu_mem_max_mib": None}
+    by_gpu: dict[int, list[float]] = {}
+    for g, u, _ in inside:
+        by_gpu.setdefault(g, []).append(u)
+    return {
+        "gpu_util_mean_pct": round(sum(u for _, u, _ in inside) / len(inside), 1),
+        "gpu_util_mean_pct_by_gpu": [round(sum(v) / len(v), 1) for _, v in sorted(by_gpu.items())],
+        "gpu_mem_max_mib": max(m for _, _, m in inside),
+    }
 
 
 def busy_and_clock(before: Sequence[Any], after: Sequence[Any], mhz: Sequence[float]) -> tuple[float, float | None]:
@@ -1064,6 +1075,7 @@ __all__ = [
     "PathResult",
     "add_parser",
     "busy_and_clock",
+    "gpu_window",
     "histogram_totals",
     "measure",
     "run",

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import pytest
 
-from langchain_qwen_fast.benchmark import busy_and_clock
+from langchain_qwen_fast.benchmark import busy_and_clock, gpu_window
 from langchain_qwen_fast.scale_benchmark import summarize_profile
 
 API = 'process 10:"python -m vllm.entrypoints.openai.api_server --model m"'
@@ -47,3 +47,11 @@ def test_busy_cores_and_their_clock_weighted_by_how_busy_each_was() -> None:
     assert mhz == pytest.approx((1.0 * 3000 + 0.2 * 2000) / 1.2)  # the idle core's clock does not count
     assert busy_and_clock(before, after, []) == (pytest.approx(1.2), None)  # no clocks readable
     assert busy_and_clock(before, before, [1.0, 1.0, 1.0]) == (0.0, None)  # no time passed
+
+
+def test_gpu_utilisation_is_given_per_gpu_as_well_as_over_all() -> None:
+    samples = [(0.5, 0, 99.0, 1.0), (1.0, 0, 80.0, 10.0), (1.0, 1, 0.0, 5.0), (2.0, 0, 90.0, 12.0), (2.0, 1, 10.0, 5.0)]
+    window = gpu_window(samples, 1.0, 2.0)  # the first sample is before the window
+    assert window["gpu_util_mean_pct_by_gpu"] == [85.0, 5.0]
+    assert window["gpu_util_mean_pct"] == 45.0 and window["gpu_mem_max_mib"] == 12.0
+    assert gpu_window(samples, 3.0, 4.0)["gpu_util_mean_pct"] is None
