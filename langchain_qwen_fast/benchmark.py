@@ -352,12 +352,12 @@ def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) 
     ]
 
 
-def _timed(name: str, items: int, fn: Callable[[], Any]) -> PathResult:
-    before = server_cpu_seconds()
+def _timed(name: str, items: int, fn: Callable[[], Any], pids: Sequence[int] | None = None) -> PathResult:
+    before = server_cpu_seconds(pids)
     c0, t0 = time.process_time(), time.perf_counter()
     fn()
     t1 = time.perf_counter()
-    cores = _cores(before, server_cpu_seconds(), t1 - t0)
+    cores = _cores(before, server_cpu_seconds(pids), t1 - t0)
     return PathResult(name, "batch", items, t1 - t0, time.process_time() - c0, window=(t0, t1), server_cores=cores)
 
 
@@ -398,14 +398,35 @@ def _classifier_runs(
     ]
 
 
+#: The capability rows of :func:`run_capabilities`, the zero-shot baseline first.
+CAPABILITY_ROWS = (
+    "zero-shot, 4 labels",
+    "multi-label, 4 labels",
+    "8 static examples",
+    "example selector (k=2)",
+    "40 labels (label sequences)",
+)
+
+
 def run_capabilities(
-    base_url: str | list[str], model: str, tokenizer: str | None, texts: list[str], rounds: int = 2
+    base_url: str | list[str],
+    model: str,
+    tokenizer: str | None,
+    texts: list[str],
+    rounds: int = 2,
+    rows: Sequence[str] = CAPABILITY_ROWS,
+    pids: Sequence[int] | None = None,
 ) -> tuple[list[PathResult], dict[str, float]]:
     """``QwenClassifier.abatch`` with each capability against zero-shot single-label, on the same
     server and texts: multi-label with 4 labels, 8 static examples, an example selector (a
-    semantic-similarity selector over the 8 examples, k=2), 40 labels scored as sequences.
-    Paths alternate over ``rounds`` and each keeps its best round. Returns the rows and the
+    semantic-similarity selector over the 8 examples, k=2), 40 labels scored as sequences
+    (``rows``: those of :data:`CAPABILITY_ROWS` to run; zero-shot always runs). Paths alternate
+    over ``rounds`` and each keeps its best round; each row carries the cores the servers
+    ``pids`` kept busy (default: the servers this run started). Returns the rows and the
     ratios of each path's time to the zero-shot one's."""
+    unknown = sorted(set(rows) - set(CAPABILITY_ROWS))
+    if unknown:
+        raise ValueError(f"unknown capability rows {unknown}; known: {list(CAPABILITY_ROWS)}")
     from langchain_core.embeddings import DeterministicFakeEmbedding
     from langchain_core.example_selectors import SemanticSimilarityExampleSelector
     from langchain_core.vectorstores import InMemoryVectorStore
@@ -420,13 +441,15 @@ def run_capabilities(
         k=2,
     )
     common: dict[str, Any] = {"base_url": base_url, "model": model, "tokenizer_path": tokenizer}
-    variants: dict[str, Any] = {
-        "zero-shot, 4 labels": QwenClassifier(labels=LABELS, **common),
-        "multi-label, 4 labels": QwenClassifier(labels=LABELS, multi_label=True, **common),
-        "8 static examples": QwenClassifier(labels=LABELS, examples=list(SAMPLE_EXAMPLES), **common),
-        "example selector (k=2)": QwenClassifier(labels=LABELS, example_selector=selector, **common),
-        "40 labels (label sequences)": QwenClassifier(labels=[f"Topic {i}" for i in range(40)], **common),
+    build: dict[str, Callable[[], Any]] = {
+        "zero-shot, 4 labels": lambda: QwenClassifier(labels=LABELS, **common),
+        "multi-label, 4 labels": lambda: QwenClassifier(labels=LABELS, multi_label=True, **common),
+        "8 static examples": lambda: QwenClassifier(labels=LABELS, examples=list(SAMPLE_EXAMPLES), **common),
+        "example selector (k=2)": lambda: QwenClassifier(labels=LABELS, example_selector=selector, **common),
+        "40 labels (label sequences)": lambda: QwenClassifier(labels=[f"Topic {i}" for i in range(40)], **common),
     }
+    wanted = {CAPABILITY_ROWS[0], *rows}
+    variants = {name: make() for name, make in build.items() if name in wanted}
     best: dict[str, PathResult] = {}
     for classifier in variants.values():
         classifier.invoke("warm-up")
@@ -436,7 +459,7 @@ def run_capabilities(
             def run(c: Any = classifier) -> Any:
                 return asyncio.run(c.abatch(texts))
 
-            result = _timed(f"QwenClassifier.abatch, {name}", len(texts), run)
+            result = _timed(f"QwenClassifier.abatch, {name}", len(texts), run, pids)
             if name not in best or result.seconds < best[name].seconds:
                 best[name] = result
     base = best["zero-shot, 4 labels"].seconds

@@ -32,12 +32,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast import vllm_api
 from langchain_qwen_fast.benchmark import (
+    CAPABILITY_ROWS,
     LABELS,
     GpuSampler,
     HostCpuSampler,
@@ -85,6 +86,49 @@ def throughput(classifier: Any, texts: list[str], pids: Sequence[int] = ()) -> d
     return {"per_s": round(len(texts) / seconds, 1), "cores_busy": cores, "host": host.stop()}
 
 
+def us_per_item(cores_busy: dict[str, float], per_s: float) -> dict[str, float]:
+    """CPU microseconds each role spent on one classification, from the cores it kept busy
+    and the rate (a role busier per item on a busier host points at shared cores)."""
+    return {role: round(cores / per_s * 1e6, 1) for role, cores in cores_busy.items()}
+
+
+def scaling_rounds(
+    layouts: Mapping[int, tuple[Sequence[str], Sequence[int]]],
+    model: str,
+    tokenizer: str | None,
+    items: int,
+    rounds: int,
+    mode: str = "generate",
+    sampler: Any = None,
+) -> dict[str, Any]:
+    """The defaults over each server count in ``layouts`` (count -> its URLs and server pids),
+    in ``rounds`` interleaved rounds so drift on a shared host hits every layout alike; each
+    run with the CPU every role spent per item and the GPUs' utilisation. ``ratio``: the
+    largest layout's mean rate over the smallest's."""
+    texts = news_items(items)
+    classifiers = {k: warm_classifier(urls, model, tokenizer, mode=mode) for k, (urls, _) in layouts.items()}
+    runs: dict[int, list[dict[str, Any]]] = {k: [] for k in layouts}
+    for _ in range(rounds):
+        for k, classifier in classifiers.items():
+            t0 = time.perf_counter()
+            got = throughput(classifier, texts, layouts[k][1])
+            got["us_per_item"] = us_per_item(got["cores_busy"], got["per_s"])
+            if sampler is not None:
+                got["gpu"] = sampler.window(t0, time.perf_counter())
+            runs[k].append(got)
+            print(f"  scaling: {k} servers {got['per_s']}/s, us/item {got['us_per_item']}", flush=True)
+    small, large = min(layouts), max(layouts)
+    mean = {k: sum(r["per_s"] for r in got) / len(got) for k, got in runs.items()}
+    return {
+        "servers": sorted(layouts),
+        "mode": mode,
+        "per_s": {str(k): [r["per_s"] for r in got] for k, got in runs.items()},
+        "runs": {str(k): got for k, got in runs.items()},
+        "ratio": round(mean[large] / mean[small], 3),
+        "round_ratios": [round(a["per_s"] / b["per_s"], 3) for a, b in zip(runs[large], runs[small], strict=True)],
+    }
+
+
 def one_at_a_time_p50(classifier: Any, texts: list[str]) -> float | None:
     """p50 ms of ``invoke`` one text at a time."""
     latencies = []
@@ -93,6 +137,16 @@ def one_at_a_time_p50(classifier: Any, texts: list[str]) -> float | None:
         classifier.invoke(text)
         latencies.append((time.perf_counter() - t0) * 1000)
     return percentile(latencies, 50)
+
+
+def host_cpus() -> dict[str, int | None]:
+    """The host's logical CPUs and physical cores (two logical CPUs a core: busy processes
+    past the core count share a core's execution units)."""
+    try:
+        import psutil
+    except ImportError:
+        return {"logical": None, "physical": None}
+    return {"logical": psutil.cpu_count(), "physical": psutil.cpu_count(logical=False)}
 
 
 def gpu_memory_mib() -> list[float]:
@@ -390,6 +444,22 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--capabilities-subsets", default="", help="capability rows over the first k servers, e.g. 1,4")
     parser.add_argument(
+        "--capabilities-items-per-server", type=int, default=2048, help="texts per capability run, per server"
+    )
+    parser.add_argument("--capabilities-rounds", type=int, default=2, help="alternating rounds of the capability rows")
+    parser.add_argument(
+        "--capabilities-row",
+        action="append",
+        choices=CAPABILITY_ROWS,
+        help="a capability row to run (repeatable; default: all; zero-shot always runs)",
+    )
+    parser.add_argument(
+        "--scaling-rounds",
+        type=int,
+        default=0,
+        help="then the defaults over the smallest and the largest subset in this many interleaved rounds",
+    )
+    parser.add_argument(
         "--profile-one-at-a-time", action="store_true", help="--profile-seconds under single requests, not batches"
     )
     parser.add_argument(
@@ -427,6 +497,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     base_profile: ProfileName = args.profile if args.profile != "auto" else ("gpu" if has_gpu() else "cpu")
     settings = {"profile": args.profile, "served_model_name": args.model_name, "extra_args": args.server_arg}
     report["mps"] = args.mps
+    report["host_cpus"] = host_cpus()
     group = ServerGroup(
         args.model, gpus=gpus, servers_per_gpu=args.servers_per_gpu, mps=args.mps, log_dir=out / "logs", **settings
     )
@@ -460,10 +531,31 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if args.compare_request_shape:
             report["request_shape"] = request_shape(urls[0], args.model_name, tokenizer, args.items)
             save()
+        if args.scaling_rounds:
+            ends = {min(sizes), max(sizes)}
+            layouts = {k: (urls[:k], pids[:k]) for k in ends}
+            report["scaling"] = scaling_rounds(
+                layouts, args.model_name, tokenizer, args.items, args.scaling_rounds, args.mode, sampler
+            )
+            save()
+        wanted = args.capabilities_row or CAPABILITY_ROWS
         for k in [int(k) for k in args.capabilities_subsets.split(",") if k]:
-            rows, ratios = run_capabilities(urls[:k], args.model_name, tokenizer, news_items(min(args.items, 8192)))
+            texts = news_items(args.capabilities_items_per_server * k)
+            rows, ratios = run_capabilities(
+                urls[:k], args.model_name, tokenizer, texts, args.capabilities_rounds, wanted, pids[:k]
+            )
             report.setdefault("capabilities", []).append(
-                {"servers": k, "per_s": {r.name: round(r.rps, 1) for r in rows}, "ratios": ratios}
+                {
+                    "servers": k,
+                    "items": len(texts),
+                    "rounds": args.capabilities_rounds,
+                    "per_s": {r.name: round(r.rps, 1) for r in rows},
+                    "ratios": ratios,
+                    "us_per_item": {
+                        r.name: us_per_item({**r.server_cores, "client": r.cpu_seconds / r.seconds}, r.rps)
+                        for r in rows
+                    },
+                }
             )
             print(json.dumps(report["capabilities"][-1]), flush=True)
             save()
@@ -491,4 +583,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-__all__ = ["add_parser", "latency_variants", "measure", "run", "summarize_profile", "warm_classifier"]
+__all__ = [
+    "add_parser",
+    "latency_variants",
+    "measure",
+    "run",
+    "scaling_rounds",
+    "summarize_profile",
+    "us_per_item",
+    "warm_classifier",
+]

@@ -124,6 +124,36 @@ def test_the_scale_benchmark_measures_the_group(
     assert profile[engine]["samples"] > 0 and profile[engine]["inclusive_pct"]
 
 
+def test_scaling_rounds_interleave_the_layouts_with_cpu_per_item(group: ServerGroup, tiny_model: Path) -> None:
+    from langchain_qwen_fast import scale_benchmark as bench
+
+    layouts = {1: (group.base_urls[:1], group.pids[:1]), 2: (group.base_urls, group.pids)}
+    report = bench.scaling_rounds(layouts, "qwen3", str(tiny_model), 128, rounds=2)
+    assert report["servers"] == [1, 2] and [len(report["per_s"][k]) for k in ("1", "2")] == [2, 2]
+    mean = {k: sum(v) / 2 for k, v in report["per_s"].items()}
+    assert report["ratio"] == pytest.approx(mean["2"] / mean["1"], abs=1e-3)
+    assert len(report["round_ratios"]) == 2
+    for run in report["runs"]["2"]:
+        # CPU per item of each role: the engine cores and API processes of both servers worked
+        assert run["us_per_item"]["engine_core"] > 0 and run["us_per_item"]["api_server"] > 0
+        assert run["us_per_item"]["client"] == pytest.approx(run["cores_busy"]["client"] / run["per_s"] * 1e6, rel=0.05)
+
+
+def test_chosen_capability_rows_carry_the_servers_cpu_per_item(group: ServerGroup, tiny_model: Path) -> None:
+    from langchain_qwen_fast.benchmark import run_capabilities
+
+    rows, ratios = run_capabilities(
+        group.base_urls[:1], "qwen3", str(tiny_model), headlines(64), 1, ["8 static examples"], group.pids[:1]
+    )
+    assert [r.name for r in rows] == [
+        "QwenClassifier.abatch, zero-shot, 4 labels",
+        "QwenClassifier.abatch, 8 static examples",
+    ]
+    assert set(ratios) == {"zero-shot, 4 labels / zero-shot (time)", "8 static examples / zero-shot (time)"}
+    for row in rows:
+        assert row.server_cores["engine_core"] > 0 and row.server_cores["api_server"] > 0
+
+
 def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, tmp_path: Path) -> None:
     from langchain_qwen_fast import scale_benchmark as bench
 

@@ -6,8 +6,8 @@ from typing import NamedTuple
 
 import pytest
 
-from langchain_qwen_fast.benchmark import busy_and_clock, gpu_window
-from langchain_qwen_fast.scale_benchmark import summarize_profile
+from langchain_qwen_fast.benchmark import busy_and_clock, gpu_window, run_capabilities
+from langchain_qwen_fast.scale_benchmark import summarize_profile, us_per_item
 
 API = 'process 10:"python -m vllm.entrypoints.openai.api_server --model m"'
 ENGINE = 'process 11:"VLLM::EngineCore"'
@@ -55,3 +55,12 @@ def test_gpu_utilisation_is_given_per_gpu_as_well_as_over_all() -> None:
     assert window["gpu_util_mean_pct_by_gpu"] == [85.0, 5.0]
     assert window["gpu_util_mean_pct"] == 45.0 and window["gpu_mem_max_mib"] == 12.0
     assert gpu_window(samples, 3.0, 4.0)["gpu_util_mean_pct"] is None
+
+
+def test_cpu_per_item_is_each_roles_busy_cores_over_the_rate() -> None:
+    assert us_per_item({"api_server": 1.38, "engine_core": 1.69}, 5000.0) == {"api_server": 276.0, "engine_core": 338.0}
+
+
+def test_an_unknown_capability_row_is_named() -> None:
+    with pytest.raises(ValueError, match=r"unknown capability rows \['8 examples'\]"):
+        run_capabilities("http://127.0.0.1:9/v1", "qwen3", None, ["a text"], rows=["8 examples"])
