@@ -108,8 +108,19 @@ class Procedure:
         return plans
 
     def _tokenize(self, texts: Sequence[str]) -> Steps[list[list[int]]]:
+        if self.tokenizer is not None:
+            # The local tokenizer, checked against the server's where it has one
+            # (_check_tokenizer_steps): no round trips, and servers without a tokenizer work.
+            return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
         replies = _raise_any((yield [vllm_api.tokenize_call(self.model, t) for t in texts]))
         return [vllm_api.parse_tokenize(r) for r in replies]
+
+    def _probe_prompt(self, plan: ClassifierPlan, step: int = 0) -> Prompt:
+        """A short prompt for a set-up probe: token ids with a local tokenizer (a server started
+        with ``--skip-tokenizer-init`` reads nothing else), else text."""
+        if self.tokenizer is None:
+            return plan.render("probe", step)
+        return plan.with_tokenizer(self.tokenizer).encode(["probe"], step)[0]
 
     def _generate_plan_steps(self, labels: LabelSet, max_model_len: int) -> Steps[ClassifierPlan]:
         head = labels.render_head()
@@ -158,7 +169,7 @@ class Procedure:
             return _constrained_choice(plan)
         # vLLM versions differ: ask for the answer tokens' logprobs and see if they come back.
         k = vllm_api.probe_step(plan)
-        probe = vllm_api.classify_call(plan, self.model, k, [plan.render("probe", k)])
+        probe = vllm_api.classify_call(plan, self.model, k, [self._probe_prompt(plan, k)])
         if vllm_api.probe_has_logprob_token_ids(plan, _raise_any((yield [probe]))[0]):
             return plan
         if scoring == "label_sequences":  # top-k logprobs cannot score every node's tokens
@@ -195,7 +206,7 @@ class Procedure:
             max_model_len=max_model_len or 4096,
             has_logprob_token_ids=False,
         )
-        probe = _raise_any((yield [vllm_api.classify_call(plan, self.model, 0, ["probe"])]))[0]
+        probe = _raise_any((yield [vllm_api.classify_call(plan, self.model, 0, [self._probe_prompt(plan)])]))[0]
         classes = vllm_api.parse_num_classes(probe)
         if classes != len(labels.labels):
             raise QwenFastError(
@@ -212,7 +223,10 @@ class Procedure:
     def _check_tokenizer_steps(self, plan: ClassifierPlan) -> Steps[None]:
         """Raise unless our token ids for sample prompts are exactly the server's (a tokenizer
         of another model would otherwise classify garbage without a sound)."""
-        served = yield from self._tokenize([plan.render(s) for s in _TOKENIZER_SAMPLES])
+        replies = yield [vllm_api.tokenize_call(self.model, plan.render(s)) for s in _TOKENIZER_SAMPLES]
+        if all(vllm_api.is_tokenizer_unavailable(r) for r in replies):
+            return  # a server started with --skip-tokenizer-init: ours is the only tokenizer
+        served = [vllm_api.parse_tokenize(r) for r in _raise_any(replies)]
         bodies = plan.encode_bodies([plan.body(s) for s in _TOKENIZER_SAMPLES])
         for body, theirs in zip(bodies, served, strict=True):
             ours = plan.prompt_ids(body, 0)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_qwen_fast._transport import Call
-from langchain_qwen_fast.errors import LabelParseError, ResponseFormatError
+from langchain_qwen_fast.errors import LabelParseError, ResponseFormatError, ServerStatusError
 from langchain_qwen_fast.prompting import ClassifierPlan, Prediction, Prompt, strip_think
 
 #: Servers that cannot return the logprobs of chosen tokens give the top-k instead.
@@ -48,6 +48,12 @@ def parse_tokenize(reply: Any) -> list[int]:
         return [int(t) for t in tokens]
     except _REPLY_ERRORS as exc:
         raise ResponseFormatError(f"/tokenize reply lacks its tokens: {exc!r}") from None
+
+
+def is_tokenizer_unavailable(reply: Any) -> bool:
+    """Whether a reply is vLLM's refusal to tokenise because it was started with
+    ``--skip-tokenizer-init`` (it then reads token-id prompts only)."""
+    return isinstance(reply, ServerStatusError) and reply.status_code == 400 and "skip_tokenizer_init" in str(reply)
 
 
 def detokenize_call(model: str, tokens: Sequence[int]) -> Call:

@@ -50,6 +50,22 @@ def server_url(tiny_model: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def ids_only_server_url(tiny_model: Path) -> Iterator[str]:
+    """A server of the tiny model started with ``--skip-tokenizer-init``: it reads token-id
+    prompts only. ``QWEN_FAST_TEST_IDS_ONLY_URL`` reuses a running one."""
+    given = os.environ.get("QWEN_FAST_TEST_IDS_ONLY_URL")
+    if given:
+        yield given
+        return
+    log = ROOT / "out" / "test-ids-only-server.log"
+    log.parent.mkdir(exist_ok=True)
+    extra = ["--skip-tokenizer-init"]
+    with VLLMServer(tiny_model, profile="cpu", log_path=log, max_model_len=4096, extra_args=extra) as server:
+        _startup_seconds.append(server.startup_seconds)
+        yield server.base_url
+
+
+@pytest.fixture(scope="session")
 def head_server_url() -> Iterator[str]:
     """A second real server: a tiny random Qwen3ForSequenceClassification (4 classes) on the
     pooling runner, served as ``qwen3-cls``. ``QWEN_FAST_TEST_HEAD_URL`` reuses a running one."""

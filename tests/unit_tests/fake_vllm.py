@@ -29,6 +29,10 @@ _VOCAB: dict[int, str] = {}
 UNRESTRICTED_CHOICE = 3
 
 
+#: vLLM's answer to text (or /tokenize) when started with --skip-tokenizer-init
+NO_TOKENIZER = "Tokenizer not available when `skip_tokenizer_init=True`"
+
+
 def toy_tokenize(text: str) -> list[int]:
     """Words, punctuation marks, runs of whitespace and control tokens, each one stable id."""
     ids = []
@@ -40,6 +44,31 @@ def toy_tokenize(text: str) -> list[int]:
 
 def toy_detokenize(ids: list[int]) -> str:
     return "".join(_VOCAB[i] for i in ids)
+
+
+class ToyTokenizer:
+    """``tokenizers.Tokenizer``'s surface over the toy tokenizer (a client-side tokenizer equal
+    to the fake server's)."""
+
+    class Encoding:
+        def __init__(self, ids: list[int]) -> None:
+            self.ids = ids
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
+        return [self.Encoding(toy_tokenize(t)) for t in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        return toy_detokenize(ids)
+
+    def token_to_id(self, token: str) -> int:
+        (only,) = toy_tokenize(token)
+        return only
+
+
+def _has_text(body: Any) -> bool:
+    """Whether a completions or classify body carries any text prompt (not token ids)."""
+    prompts = (body or {}).get("prompt", (body or {}).get("input", []))
+    return isinstance(prompts, str) or any(isinstance(p, str) for p in prompts)
 
 
 def logit(prompt: Any, token: int) -> float:
@@ -75,6 +104,8 @@ class FakeVLLM:
     head_classes: int | None = None
     #: the head is multi-label: a sigmoid per class instead of a softmax over them
     head_sigmoid: bool = False
+    #: False: a server started with ``--skip-tokenizer-init`` (token-id prompts only)
+    has_tokenizer: bool = True
     #: prompts containing this make the whole completions request fail with HTTP 400
     poison: str = "POISON"
     requests: list[Recorded] = field(default_factory=list)
@@ -106,6 +137,8 @@ class FakeVLLM:
                 if request.url.path.endswith(suffix) and queue:
                     return queue.pop(0)(request)
         path = request.url.path
+        if not self.has_tokenizer and (path.endswith(("/tokenize", "/detokenize")) or _has_text(body)):
+            return self._json({"error": {"message": NO_TOKENIZER, "type": "BadRequestError", "code": 400}}, 400)
         if path.endswith("/v1/models"):
             return self._json({"data": [{"id": m, "max_model_len": n} for m, n in self.models.items()]})
         if path.endswith("/detokenize"):

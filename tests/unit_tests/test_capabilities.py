@@ -339,3 +339,46 @@ def test_sequences_prompt_ends_with_the_label_tokens_so_far(fake: FakeVLLM) -> N
     node = next(k for k, s in enumerate(plan.steps) if s.path_text == "Sci/")
     assert plan.render("t", node).endswith(PROMPT_SUFFIX + "Sci/")
     asyncio.run(classifier.ainvoke("t"))
+
+
+# -- servers without a tokenizer -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"multi_label": True}, {"examples": [("Rates rise", "Business"), ("Cup final", "Sports")]}],
+    ids=["single-label", "multi-label", "examples"],
+)
+def test_a_server_without_a_tokenizer_classifies_from_token_ids(
+    settings: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against ``--skip-tokenizer-init`` the client's tokenizer does every tokenising step:
+    set-up and probes send token ids, the tokenizer check is skipped, and the results are
+    those of a server with a tokenizer."""
+    from langchain_qwen_fast import classifiers
+    from tests.unit_tests.fake_vllm import ToyTokenizer
+
+    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: ToyTokenizer())
+    texts = headlines(12)
+    results = {}
+    for has_tokenizer in (True, False):
+        fake = FakeVLLM(has_tokenizer=has_tokenizer)
+        results[has_tokenizer] = make(fake, tokenizer_path="toy", **settings).batch(texts)
+        assert all(isinstance(p, list) for p in prompts_sent(fake)), "a text prompt was sent"
+        # set-up tokenises locally: the server's /tokenize is asked only to check ours
+        assert len(fake.calls("/tokenize")) == 2
+    assert results[False] == results[True]
+
+
+def test_without_a_tokenizer_anywhere_the_servers_refusal_is_named() -> None:
+    with pytest.raises(QwenFastError, match="skip_tokenizer_init"):
+        make(FakeVLLM(has_tokenizer=False)).invoke("a text")
+
+
+def test_head_mode_probes_with_token_ids_when_the_client_tokenises(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langchain_qwen_fast import classifiers
+    from tests.unit_tests.fake_vllm import ToyTokenizer
+
+    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: ToyTokenizer())
+    fake = FakeVLLM(has_tokenizer=False, head_classes=4)
+    result = make(fake, mode="head", tokenizer_path="toy").invoke("Rates rise")
+    assert result.label in LABELS
+    assert all(isinstance(item, list) for r in fake.calls("/classify") for item in r.body["input"])

@@ -141,3 +141,20 @@ def test_a_router_takes_its_own_metrics_port() -> None:
     assert first.command()[first.command().index("--worker-urls") + 1] == "http://127.0.0.1:8000"
     with pytest.raises(ValueError, match="at least two"):
         Router(["http://127.0.0.1:8000"], "power_of_two", port=9000)
+
+
+def test_a_server_without_a_tokenizer_drops_the_flags_that_need_one() -> None:
+    from langchain_qwen_fast.server.launcher import PROFILES, SKIP_TOKENIZER, VLLMServer
+
+    command = VLLMServer("/m", profile="gpu", port=8000, extra_args=[SKIP_TOKENIZER]).command()
+    for flag in (
+        "--reasoning-parser",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "--structured-outputs-config",
+    ):
+        assert flag not in command
+    assert "qwen3" not in command[command.index("--served-model-name") + 2 :]  # the parser's value went too
+    kept = VLLMServer("/m", profile="gpu", port=8000).command()
+    assert "--reasoning-parser" in kept and SKIP_TOKENIZER not in kept
+    assert command[-1] == SKIP_TOKENIZER and "--compilation-config" in command and PROFILES["gpu"].args[0] in kept

@@ -4,31 +4,12 @@ SFT model is trained on, which must be exactly what the classifier sends and rea
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
 
 from langchain_qwen_fast.prompting import PROMPT_SUFFIX, LabelSet, local_plan
 from langchain_qwen_fast.training import split
-from tests.unit_tests.fake_vllm import toy_detokenize, toy_tokenize
-
-
-class ToyTokenizer:
-    """``tokenizers.Tokenizer``'s surface over the fake server's toy tokenizer."""
-
-    class Encoding:
-        def __init__(self, ids: list[int]) -> None:
-            self.ids = ids
-
-    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
-        return [self.Encoding(toy_tokenize(t)) for t in texts]
-
-    def decode(self, ids: list[int]) -> str:
-        return toy_detokenize(ids)
-
-    def token_to_id(self, token: str) -> int:
-        (only,) = toy_tokenize(token)
-        return only
+from tests.unit_tests.fake_vllm import ToyTokenizer, toy_tokenize
 
 
 def test_split_is_stratified_reproducible_and_loses_nothing() -> None:
