@@ -224,10 +224,13 @@ class Procedure:
         """Raise unless our token ids for sample prompts are exactly the server's (a tokenizer
         of another model would otherwise classify garbage without a sound)."""
         replies = yield [vllm_api.tokenize_call(self.model, plan.render(s)) for s in _TOKENIZER_SAMPLES]
-        if all(vllm_api.is_tokenizer_unavailable(r) for r in replies):
-            return  # a server started with --skip-tokenizer-init: ours is the only tokenizer
-        served = [vllm_api.parse_tokenize(r) for r in _raise_any(replies)]
-        bodies = plan.encode_bodies([plan.body(s) for s in _TOKENIZER_SAMPLES])
+        # A server started with --skip-tokenizer-init has none to compare with: ours is the
+        # only tokenizer there (replicas may differ, so each sample is checked where it can be).
+        checked = [
+            (s, r) for s, r in zip(_TOKENIZER_SAMPLES, replies, strict=True) if not vllm_api.is_tokenizer_unavailable(r)
+        ]
+        served = [vllm_api.parse_tokenize(r) for r in _raise_any([r for _, r in checked])]
+        bodies = plan.encode_bodies([plan.body(s) for s, _ in checked])
         for body, theirs in zip(bodies, served, strict=True):
             ours = plan.prompt_ids(body, 0)
             if ours != theirs:

@@ -382,3 +382,19 @@ def test_head_mode_probes_with_token_ids_when_the_client_tokenises(monkeypatch: 
     result = make(fake, mode="head", tokenizer_path="toy").invoke("Rates rise")
     assert result.label in LABELS
     assert all(isinstance(item, list) for r in fake.calls("/classify") for item in r.body["input"])
+
+
+def test_the_tokenizer_is_still_checked_on_a_replica_that_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langchain_qwen_fast import classifiers
+    from tests.unit_tests.fake_vllm import NO_TOKENIZER, ToyTokenizer, status
+
+    class OtherModels(ToyTokenizer):
+        def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
+            return [self.Encoding([i + 1 for i in toy_tokenize(t)]) for t in texts]
+
+    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: OtherModels())
+    fake = FakeVLLM()
+    fake.fail("/tokenize", status(400, message=NO_TOKENIZER))  # the first sample meets a replica without one
+    with pytest.raises(QwenFastError, match="does not match the server's"):
+        make(fake, tokenizer_path="toy").invoke("a text")
+    assert len(fake.calls("/tokenize")) == 2
