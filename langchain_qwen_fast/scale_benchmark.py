@@ -13,9 +13,11 @@ dropping ``allowed_token_ids`` on one server (``--compare-request-shape``); and 
 server's CPU goes under load, from ``py-spy`` samples of its API process and engine core
 (``--profile-seconds``; ``--profile-one-at-a-time``: under single requests instead); the
 defaults again with the batch spread over client processes (``--client-processes``); the
-capability rows of ``qwen-fast bench`` (multi-label, examples, ...) over the first k servers
-(``--capabilities-subsets``); and one-at-a-time latency of server variants started side by
-side on the first GPU (``--latency-variants FILE``). Also reports one-at-a-time p50, GPU
+defaults over the smallest and the largest subset in interleaved rounds, with each role's
+CPU per classification (``--scaling-rounds``); the capability rows of ``qwen-fast bench``
+(multi-label, examples, ...) over the first k servers (``--capabilities-subsets``); and
+one-at-a-time latency of server variants started side by side on the first GPU
+(``--latency-variants FILE``). Also reports one-at-a-time p50, GPU
 memory, and the cores each role (and the client's event loop) kept busy. ``--mode head``
 measures a classification-head model. Needs the ``bench`` extra; uses vLLM and nvidia-smi
 where present.
