@@ -24,6 +24,17 @@ _startup_seconds: list[float] = []  # printed in the terminal summary
 _timings: list[tuple[str, float]] = []  # (what, seconds), printed in the terminal summary
 
 
+#: Modules that start a server of their own and run before the session's head servers exist:
+#: a 24 GiB machine holds about five small CPU servers (~4 GB each), and a sixth was killed
+#: for memory in a CI rehearsal.
+_RUN_FIRST = ("test_token_ids_server.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Those modules' tests first among the integration tests (the order is kept otherwise)."""
+    items.sort(key=lambda item: ("integration_tests" in item.path.parts, item.path.name not in _RUN_FIRST))
+
+
 def record_seconds(what: str, seconds: float) -> None:
     """Note a duration for the terminal summary (never asserted: these machines are noisy)."""
     _timings.append((what, seconds))
@@ -45,22 +56,6 @@ def server_url(tiny_model: Path) -> Iterator[str]:
     log.parent.mkdir(exist_ok=True)
     # A 4,096-token context: room for a 200-label prompt.
     with VLLMServer(tiny_model, profile="cpu", log_path=log, max_model_len=4096) as server:
-        _startup_seconds.append(server.startup_seconds)
-        yield server.base_url
-
-
-@pytest.fixture(scope="session")
-def ids_only_server_url(tiny_model: Path) -> Iterator[str]:
-    """A server of the tiny model started with ``--skip-tokenizer-init``: it reads token-id
-    prompts only. ``QWEN_FAST_TEST_IDS_ONLY_URL`` reuses a running one."""
-    given = os.environ.get("QWEN_FAST_TEST_IDS_ONLY_URL")
-    if given:
-        yield given
-        return
-    log = ROOT / "out" / "test-ids-only-server.log"
-    log.parent.mkdir(exist_ok=True)
-    extra = ["--skip-tokenizer-init"]
-    with VLLMServer(tiny_model, profile="cpu", log_path=log, max_model_len=4096, extra_args=extra) as server:
         _startup_seconds.append(server.startup_seconds)
         yield server.base_url
 
