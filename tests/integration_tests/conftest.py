@@ -7,8 +7,9 @@ test against a server that is already running (it must serve the tiny model as `
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,51 +46,50 @@ def tiny_model() -> Path:
     return build_test_model(TINY_MODEL, "tiny")
 
 
-@pytest.fixture(scope="session")
-def server_url(tiny_model: Path) -> Iterator[str]:
-    """Base URL (``.../v1``) of the real vLLM server the tests use."""
-    given = os.environ.get("QWEN_FAST_TEST_BASE_URL")
+def served(env: str, log_name: str, model: Callable[[], Path], **settings: Any) -> Iterator[str]:
+    """A CPU server of ``model()`` for the tests (its start-up time goes to the terminal
+    summary), or the running one the environment variable ``env`` names."""
+    given = os.environ.get(env)
     if given:
         yield given
         return
-    log = ROOT / "out" / "test-server.log"
+    log = ROOT / "out" / log_name
     log.parent.mkdir(exist_ok=True)
-    # A 4,096-token context: room for a 200-label prompt.
-    with VLLMServer(tiny_model, profile="cpu", log_path=log, max_model_len=4096) as server:
+    with VLLMServer(model(), profile="cpu", log_path=log, **settings) as server:
         _startup_seconds.append(server.startup_seconds)
         yield server.base_url
+
+
+@pytest.fixture(scope="session")
+def server_url(tiny_model: Path) -> Iterator[str]:
+    """Base URL (``.../v1``) of the real vLLM server the tests use (``QWEN_FAST_TEST_BASE_URL``:
+    one already running, serving the tiny model as ``qwen3``)."""
+    # A 4,096-token context: room for a 200-label prompt.
+    yield from served("QWEN_FAST_TEST_BASE_URL", "test-server.log", lambda: tiny_model, max_model_len=4096)
 
 
 @pytest.fixture(scope="session")
 def head_server_url() -> Iterator[str]:
     """A second real server: a tiny random Qwen3ForSequenceClassification (4 classes) on the
     pooling runner, served as ``qwen3-cls``. ``QWEN_FAST_TEST_HEAD_URL`` reuses a running one."""
-    given = os.environ.get("QWEN_FAST_TEST_HEAD_URL")
-    if given:
-        yield given
-        return
-    model = build_test_model(ROOT / ".models" / "qwen3-tiny-cls", "tiny", num_labels=4)
-    log = ROOT / "out" / "test-head-server.log"
-    log.parent.mkdir(exist_ok=True)
-    with VLLMServer(model, profile="cpu", served_model_name="qwen3-cls", log_path=log) as server:
-        _startup_seconds.append(server.startup_seconds)
-        yield server.base_url
+    yield from served(
+        "QWEN_FAST_TEST_HEAD_URL",
+        "test-head-server.log",
+        lambda: build_test_model(ROOT / ".models" / "qwen3-tiny-cls", "tiny", num_labels=4),
+        served_model_name="qwen3-cls",
+    )
 
 
 @pytest.fixture(scope="session")
 def multi_head_server_url() -> Iterator[str]:
     """A third real server: a tiny random multi-label (sigmoid) Qwen3ForSequenceClassification
     with 4 classes, served as ``qwen3-multi``. ``QWEN_FAST_TEST_MULTI_URL`` reuses a running one."""
-    given = os.environ.get("QWEN_FAST_TEST_MULTI_URL")
-    if given:
-        yield given
-        return
-    model = build_test_model(ROOT / ".models" / "qwen3-tiny-multi", "tiny", num_labels=4, multi_label=True)
-    log = ROOT / "out" / "test-multi-head-server.log"
-    log.parent.mkdir(exist_ok=True)
-    with VLLMServer(model, profile="cpu", served_model_name="qwen3-multi", log_path=log) as server:
-        _startup_seconds.append(server.startup_seconds)
-        yield server.base_url
+    yield from served(
+        "QWEN_FAST_TEST_MULTI_URL",
+        "test-multi-head-server.log",
+        lambda: build_test_model(ROOT / ".models" / "qwen3-tiny-multi", "tiny", num_labels=4, multi_label=True),
+        served_model_name="qwen3-multi",
+    )
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ scores a server with a tokenizer gives; without one, it is told why the server r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,7 @@ import pytest
 
 from langchain_qwen_fast import QwenClassifier, QwenFastError
 from langchain_qwen_fast.samples import SAMPLE_EXAMPLES
-from langchain_qwen_fast.server.launcher import VLLMServer
-from tests.integration_tests.conftest import NEWS_LABELS, ROOT, record_seconds
+from tests.integration_tests.conftest import NEWS_LABELS, served
 
 
 @pytest.fixture(scope="module")
@@ -22,16 +20,14 @@ def ids_only_server_url(tiny_model: Path) -> Iterator[str]:
     """A server of the tiny model started with ``--skip-tokenizer-init``, for this module only
     (conftest runs it before the head servers start). ``QWEN_FAST_TEST_IDS_ONLY_URL`` reuses
     a running one."""
-    given = os.environ.get("QWEN_FAST_TEST_IDS_ONLY_URL")
-    if given:
-        yield given
-        return
-    log = ROOT / "out" / "test-ids-only-server.log"
-    log.parent.mkdir(exist_ok=True)
     extra = ["--skip-tokenizer-init"]
-    with VLLMServer(tiny_model, profile="cpu", log_path=log, max_model_len=4096, extra_args=extra) as server:
-        record_seconds("vLLM start-up, server without a tokenizer", server.startup_seconds or 0.0)
-        yield server.base_url
+    yield from served(
+        "QWEN_FAST_TEST_IDS_ONLY_URL",
+        "test-ids-only-server.log",
+        lambda: tiny_model,
+        max_model_len=4096,
+        extra_args=extra,
+    )
 
 
 CASES: dict[str, dict[str, Any]] = {
