@@ -30,6 +30,7 @@ import asyncio
 import collections
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -293,19 +294,27 @@ def latency_variants(
 ) -> dict[str, Any]:
     """One-at-a-time latency of server variants, all started side by side (on ``gpu``) and
     measured one request at a time in interleaved rounds: raw HTTP (the classifier's own
-    request body) and ``QwenClassifier.invoke``. Each variant is ``{"flags": [...], "drop":
-    [...], "env": {...}}``: ``base_profile``'s flags without those in ``drop``, then ``flags``."""
+    request body; the same without logprobs, to price them) and ``QwenClassifier.invoke``.
+    Each variant is ``{"flags": [...], "drop": [...], "env": {...}}``: ``base_profile``'s flags
+    without those in ``drop``, then ``flags``. ``"torch_profile": N`` also traces N single
+    requests with vLLM's torch profiler and splits its engine steps into CPU and GPU time
+    (:func:`summarize_step_trace`); ``"startup_timeout"`` (s) gives up on a variant sooner."""
     import httpx
 
     from langchain_qwen_fast.server.launcher import PROFILES, VLLMServer, drop_flags
 
     servers: dict[str, VLLMServer] = {}
     report: dict[str, Any] = {}
+    traced: dict[str, tuple[int, Path]] = {}
     for n, (name, variant) in enumerate(variants.items()):
         profile, flags = base_profile, list(variant.get("flags", []))
         if variant.get("drop"):
             flags = drop_flags(PROFILES[base_profile].args, variant["drop"]) + flags
             profile = "default"
+        if variant.get("torch_profile"):
+            trace_dir = (log_dir / f"trace-{n}").resolve()
+            traced[name] = (int(variant["torch_profile"]), trace_dir)
+            flags += ["--profiler-config", json.dumps({**TRACE_SETTINGS, "torch_profiler_dir": str(trace_dir)})]
         env = {
             **PROFILES[base_profile].env,  # kept when flags are dropped (the "default" profile has none)
             **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}),
@@ -318,6 +327,7 @@ def latency_variants(
             extra_args=flags,
             env=env,
             log_path=log_dir / f"latency-{n}.log",
+            startup_timeout=float(variant.get("startup_timeout", 600)),
         )
         report[name] = {"flags": flags, "env": variant.get("env", {})}
     try:
@@ -331,35 +341,147 @@ def latency_variants(
             except Exception as exc:  # one variant that does not start must not lose the others
                 report[name]["error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
         texts = news_items(items)
-        samples: dict[str, dict[str, list[float]]] = {name: {"raw": [], "invoke": []} for name in ready}
+        samples: dict[str, dict[str, list[float]]] = {
+            name: {"raw": [], "raw_no_logprobs": [], "invoke": []} for name in ready
+        }
         roots = {name: servers[name].base_url.removesuffix("/v1") for name in ready}
+        bodies: dict[str, list[dict[str, Any]]] = {}
+        for name, classifier in ready.items():
+            plan = classifier.prepare()
+            prompts = [plan.encode([text])[0] if tokenizer else plan.render(text) for text in texts]
+            bodies[name] = [vllm_api.completions_body(plan, model_name, 0, [prompt]) for prompt in prompts]
         stages_before = {name: histogram_totals(root) for name, root in roots.items()}
         with httpx.Client(timeout=30) as http:
+
+            def timed_post(url: str, body: dict[str, Any]) -> float:
+                t0 = time.perf_counter()
+                http.post(url, json=body).raise_for_status()
+                return (time.perf_counter() - t0) * 1000
+
             for _ in range(rounds):
                 for name, classifier in ready.items():
-                    plan = classifier.prepare()
                     url = f"{servers[name].base_url}/completions"
-                    for text in texts:
-                        prompt = plan.encode([text])[0] if tokenizer else plan.render(text)
-                        body = vllm_api.completions_body(plan, model_name, 0, [prompt])
-                        t0 = time.perf_counter()
-                        http.post(url, json=body).raise_for_status()
-                        samples[name]["raw"].append((time.perf_counter() - t0) * 1000)
+                    for text, body in zip(texts, bodies[name], strict=True):
+                        samples[name]["raw"].append(timed_post(url, body))
+                        samples[name]["raw_no_logprobs"].append(timed_post(url, without_logprobs(body)))
                         t0 = time.perf_counter()
                         classifier.invoke(text)
                         samples[name]["invoke"].append((time.perf_counter() - t0) * 1000)
-        for name, got in samples.items():
-            report[name]["raw_http_p50_ms"] = percentile(got["raw"], 50)
-            report[name]["invoke_p50_ms"] = percentile(got["invoke"], 50)
-            report[name]["raw_http_p10_ms"] = percentile(got["raw"], 10)
-            stages = stage_means(stages_before[name], histogram_totals(roots[name]))  # empty unless stats are on
-            if stages:
-                report[name]["server_stage_mean_ms"] = stages
+            for name, got in samples.items():
+                report[name]["raw_http_p50_ms"] = percentile(got["raw"], 50)
+                report[name]["raw_http_no_logprobs_p50_ms"] = percentile(got["raw_no_logprobs"], 50)
+                report[name]["invoke_p50_ms"] = percentile(got["invoke"], 50)
+                report[name]["raw_http_p10_ms"] = percentile(got["raw"], 10)
+                stages = stage_means(stages_before[name], histogram_totals(roots[name]))  # empty unless stats are on
+                if stages:
+                    report[name]["server_stage_mean_ms"] = stages
+            for name, (requests, trace_dir) in traced.items():
+                if name in ready:
+                    url = f"{servers[name].base_url}/completions"
+                    send = lambda body, url=url: timed_post(url, body)  # noqa: E731
+                    report[name]["engine_steps"] = traced_steps(roots[name], send, bodies[name][:requests], trace_dir)
     finally:
         for server in servers.values():
             server.stop()
     print(json.dumps(report, indent=1), flush=True)
     return report
+
+
+def without_logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A completions body asking the same step for its sampled token only (no logprobs)."""
+    return {k: v for k, v in body.items() if k not in ("logprobs", "logprob_token_ids", "allowed_token_ids")}
+
+
+#: vLLM's ``--profiler-config`` for :func:`traced_steps`: the engine's torch profiler without
+#: Python stacks (their cost would stretch the CPU side of each step), and not the API process.
+TRACE_SETTINGS = {"profiler": "torch", "torch_profiler_with_stack": False, "ignore_frontend": True}
+
+#: trace event categories that are work on the GPU
+_GPU_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def traced_steps(
+    root_url: str,
+    send: Callable[[dict[str, Any]], Any],
+    bodies: Sequence[dict[str, Any]],
+    trace_dir: Path,
+    wait: float = 180.0,
+) -> dict[str, Any]:
+    """Send ``bodies`` one at a time inside vLLM's torch profiler (a server started with
+    :data:`TRACE_SETTINGS` and ``trace_dir``) and summarise the trace it writes (waiting up to
+    ``wait`` seconds for it)."""
+    import gzip
+
+    import httpx
+
+    httpx.post(f"{root_url}/start_profile", timeout=120).raise_for_status()
+    for body in bodies:
+        send(body)
+    httpx.post(f"{root_url}/stop_profile", timeout=600).raise_for_status()
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:  # the worker writes its trace after stop_profile returns
+        for path in trace_dir.rglob("*.json*"):
+            try:
+                with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as file:
+                    summary = summarize_step_trace(json.load(file))
+            except (OSError, EOFError, ValueError):  # still being written
+                continue
+            if summary["steps"]:
+                return {**summary, "requests": len(bodies), "trace": path.name}
+        time.sleep(1.0)
+    return {"steps": 0, "error": f"no trace with engine steps under {trace_dir} after {wait:.0f} s"}
+
+
+def summarize_step_trace(trace: Mapping[str, Any], top: int = 12) -> dict[str, Any]:
+    """Where each engine step's time goes, from a torch profiler trace (Chrome JSON) of a
+    vLLM engine: a step is the worker's ``execute_...`` annotation with tokens scheduled, and
+    the GPU work that starts between it and the next step is the step's. Per step (median):
+    the annotation's CPU time, the GPU's busy time (union of kernels and copies), the number
+    of GPU operations, and from the step's start to its first and to its last GPU work (steps
+    with GPU work only); and the GPU operations that take most time, in µs a step."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e]
+    steps = sorted((e for e in events if _is_step(e)), key=lambda e: float(e["ts"]))
+    gpu = sorted((e for e in events if e.get("cat") in _GPU_EVENTS), key=lambda e: float(e["ts"]))
+    rows: list[dict[str, float]] = []
+    op_us: dict[str, float] = collections.defaultdict(float)
+    for i, step in enumerate(steps):
+        start = float(step["ts"])
+        end = float(steps[i + 1]["ts"]) if i + 1 < len(steps) else float("inf")
+        mine = [e for e in gpu if start <= float(e["ts"]) < end]
+        row = {"cpu_ms": float(step.get("dur", 0)) / 1000, "gpu_busy_ms": 0.0, "gpu_ops": float(len(mine))}
+        busy, reach = 0.0, start
+        for e in mine:  # union of the intervals, sorted by start
+            e_start, e_end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))
+            busy += max(0.0, e_end - max(e_start, reach))
+            reach = max(reach, e_end)
+            op_us[str(e.get("name", "?"))[:90]] += float(e.get("dur", 0))
+        if mine:
+            row["gpu_busy_ms"] = busy / 1000
+            row["to_first_gpu_ms"] = (float(mine[0]["ts"]) - start) / 1000
+            row["to_last_gpu_end_ms"] = (reach - start) / 1000
+        rows.append(row)
+    if not rows:
+        return {"steps": 0}
+    keys = dict.fromkeys(key for row in rows for key in row)
+    medians = {key: percentile([row[key] for row in rows if key in row], 50) for key in keys}
+    return {
+        "steps": len(rows),
+        "median": {key: round(value, 3) for key, value in medians.items() if value is not None},
+        "top_gpu_ops_us_per_step": {
+            name: round(us / len(rows), 1) for name, us in sorted(op_us.items(), key=lambda kv: -kv[1])[:top]
+        },
+    }
+
+
+def _is_step(event: Mapping[str, Any]) -> bool:
+    """A worker's step annotation (``execute_context_1(97)_generation_0(0)`` and the like)
+    with tokens in it: vLLM also annotates steps that schedule nothing."""
+    name = str(event.get("name", ""))
+    return (
+        event.get("cat") == "user_annotation"
+        and name.startswith("execute_")
+        and any(int(n) for n in re.findall(r"\d+", name))
+    )
 
 
 def profile(pid: int, seconds: float, load: Callable[[], Any], out: Path, top: int = 25) -> dict[str, Any]:
@@ -592,6 +714,9 @@ __all__ = [
     "run",
     "scaling_rounds",
     "summarize_profile",
+    "summarize_step_trace",
+    "traced_steps",
     "us_per_item",
     "warm_classifier",
+    "without_logprobs",
 ]
