@@ -16,7 +16,8 @@ defaults again with the batch spread over client processes (``--client-processes
 defaults over the smallest and the largest subset in interleaved rounds, with each role's
 CPU per classification (``--scaling-rounds``); the capability rows of ``qwen-fast bench``
 (multi-label, examples, ...) over the first k servers (``--capabilities-subsets``); and
-one-at-a-time latency of server variants started side by side on the first GPU
+one-at-a-time latency of server variants started side by side on the first GPU, with and
+without logprobs, and engine steps split into CPU and GPU time from vLLM's torch profiler
 (``--latency-variants FILE``). Also reports one-at-a-time p50, GPU
 memory, and the cores each role (and the client's event loop) kept busy. ``--mode head``
 measures a classification-head model. Needs the ``bench`` extra; uses vLLM and nvidia-smi
