@@ -295,14 +295,15 @@ def latency_variants(
 ) -> dict[str, Any]:
     """One-at-a-time latency of server variants, all started side by side (on ``gpu``) and
     measured one request at a time in interleaved rounds: raw HTTP (the classifier's own
-    request body; the same without logprobs, to price them) and ``QwenClassifier.invoke``.
+    request body; the same without logprobs, to price them) and ``QwenClassifier.invoke``,
+    every request with a text new to its server (nothing of it in the prefix cache).
     Each variant is ``{"flags": [...], "drop": [...], "env": {...}}``: ``base_profile``'s flags
     without those in ``drop``, then ``flags``. ``"torch_profile": N`` also traces N single
     requests with vLLM's torch profiler and splits its engine steps into CPU and GPU time
     (:func:`summarize_step_trace`); ``"startup_timeout"`` (s) gives up on a variant sooner."""
     import httpx
 
-    from langchain_qwen_fast.server.launcher import PROFILES, VLLMServer, drop_flags
+    from langchain_qwen_fast.server.launcher import PROFILES, VLLMServer, drop_flags, share_gpu_memory
 
     servers: dict[str, VLLMServer] = {}
     report: dict[str, Any] = {}
@@ -321,6 +322,8 @@ def latency_variants(
             **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}),
             **variant.get("env", {}),
         }
+        if gpu is not None:  # all on one card
+            flags = list(share_gpu_memory(flags, len(variants)))
         servers[name] = VLLMServer(
             model,
             profile=profile,
@@ -341,15 +344,17 @@ def latency_variants(
                 ready[name] = warm_classifier([server.base_url], model_name, tokenizer)
             except Exception as exc:  # one variant that does not start must not lose the others
                 report[name]["error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
-        texts = news_items(items)
-        samples: dict[str, dict[str, list[float]]] = {
-            name: {"raw": [], "raw_no_logprobs": [], "invoke": []} for name in ready
-        }
+        # Every request gets a text its server has not seen: a text sent again would be all in
+        # the prefix cache, and its step would compute a token or two instead of the text.
+        kinds = ("raw", "raw_no_logprobs", "invoke")
+        measured = rounds * items * len(kinds)
+        texts = news_items(measured + max((requests for requests, _ in traced.values()), default=0))
+        samples: dict[str, dict[str, list[float]]] = {name: {kind: [] for kind in kinds} for name in ready}
         roots = {name: servers[name].base_url.removesuffix("/v1") for name in ready}
         bodies: dict[str, list[dict[str, Any]]] = {}
         for name, classifier in ready.items():
             plan = classifier.prepare()
-            prompts = [plan.encode([text])[0] if tokenizer else plan.render(text) for text in texts]
+            prompts = plan.encode(texts) if tokenizer else [plan.render(text) for text in texts]
             bodies[name] = [vllm_api.completions_body(plan, model_name, 0, [prompt]) for prompt in prompts]
         stages_before = {name: histogram_totals(root) for name, root in roots.items()}
         with httpx.Client(timeout=30) as http:
@@ -359,14 +364,14 @@ def latency_variants(
                 http.post(url, json=body).raise_for_status()
                 return (time.perf_counter() - t0) * 1000
 
-            for _ in range(rounds):
+            for first in range(0, measured, items * len(kinds)):  # a round: every variant in turn
                 for name, classifier in ready.items():
                     url = f"{servers[name].base_url}/completions"
-                    for text, body in zip(texts, bodies[name], strict=True):
-                        samples[name]["raw"].append(timed_post(url, body))
-                        samples[name]["raw_no_logprobs"].append(timed_post(url, without_logprobs(body)))
+                    for k in range(first, first + items * len(kinds), len(kinds)):
+                        samples[name]["raw"].append(timed_post(url, bodies[name][k]))
+                        samples[name]["raw_no_logprobs"].append(timed_post(url, without_logprobs(bodies[name][k + 1])))
                         t0 = time.perf_counter()
-                        classifier.invoke(text)
+                        classifier.invoke(texts[k + 2])
                         samples[name]["invoke"].append((time.perf_counter() - t0) * 1000)
             for name, got in samples.items():
                 report[name]["raw_http_p50_ms"] = percentile(got["raw"], 50)
@@ -380,7 +385,9 @@ def latency_variants(
                 if name in ready:
                     url = f"{servers[name].base_url}/completions"
                     send = lambda body, url=url: timed_post(url, body)  # noqa: E731
-                    report[name]["engine_steps"] = traced_steps(roots[name], send, bodies[name][:requests], trace_dir)
+                    report[name]["engine_steps"] = traced_steps(
+                        roots[name], send, bodies[name][measured : measured + requests], trace_dir
+                    )
     finally:
         for server in servers.values():
             server.stop()

@@ -120,6 +120,16 @@ PROFILES: dict[str, ServerProfile] = {
 }
 
 
+def share_gpu_memory(args: Sequence[str], servers_on_gpu: int) -> tuple[str, ...]:
+    """``args`` of a server that starts beside ``servers_on_gpu - 1`` others on its GPU, with
+    an equal share of the card unless they name their own. vLLM refuses to start unless the
+    card's free memory covers its utilisation share (0.92 by default), even with a fixed KV
+    cache: a server starting after its neighbours took their memory failed (6 per H200)."""
+    if servers_on_gpu > 1 and "--gpu-memory-utilization" not in args:
+        return (*args, "--gpu-memory-utilization", f"{0.9 / servers_on_gpu:.3f}")
+    return tuple(args)
+
+
 def drop_flags(args: Sequence[str], drop: Sequence[str]) -> list[str]:
     """``args`` without the flags in ``drop`` and the values that follow them (for a
     before/after comparison that removes one flag of a profile)."""
@@ -623,12 +633,7 @@ class ServerGroup:
         log_root.mkdir(parents=True, exist_ok=True)
         base_env = {**(settings.pop("env", None) or {}), **(self.mps.env if self.mps else {})}
         extra = tuple(settings.pop("extra_args", ()))
-        if gpus and servers_per_gpu > 1 and "--gpu-memory-utilization" not in extra:
-            # vLLM refuses to start unless the card's free memory covers its utilisation
-            # share (0.92 by default), even with a fixed KV cache: a server starting after
-            # its neighbours took their memory failed (6 per H200). Each gets an equal share.
-            extra += ("--gpu-memory-utilization", f"{0.9 / servers_per_gpu:.3f}")
-        settings["extra_args"] = extra
+        settings["extra_args"] = share_gpu_memory(extra, servers_per_gpu) if gpus else extra
         self.servers: list[VLLMServer] = []
         for n, gpu in enumerate(slots):
             env = dict(base_env)

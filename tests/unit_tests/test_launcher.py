@@ -90,6 +90,14 @@ def test_a_server_group_pins_each_server_to_its_gpu(tmp_path: Path) -> None:
     assert "--gpu-memory-utilization" not in alone.servers[0].command()
 
 
+def test_servers_sharing_a_card_ask_for_an_equal_share_unless_they_name_one() -> None:
+    from langchain_qwen_fast.server.launcher import share_gpu_memory
+
+    assert share_gpu_memory(["--a"], 7) == ("--a", "--gpu-memory-utilization", "0.129")
+    assert share_gpu_memory(["--gpu-memory-utilization", "0.2"], 7) == ("--gpu-memory-utilization", "0.2")
+    assert share_gpu_memory(["--a"], 1) == ("--a",)
+
+
 def test_a_server_group_without_gpus_runs_cpu_servers(tmp_path: Path) -> None:
     from langchain_qwen_fast.server import ServerGroup
 
