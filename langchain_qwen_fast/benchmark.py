@@ -316,20 +316,41 @@ def build_head_paths(
     return one_at_a_time, objects
 
 
-def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) -> list[PathResult]:
-    """Time each one-at-a-time path over ``texts``, interleaved item by item so drift hits all alike."""
+class _FreshTexts:
+    """News-like texts that no earlier call returned: a text sent again finds its whole prompt
+    in the server's prefix cache, and one at a time that is ~1 ms faster on an H200 than a new
+    text (the batch runs' texts start at 0; a cache holds a few hundred prompts)."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+
+    def __call__(self, n: int) -> list[str]:
+        texts = news_items(n, self.start)
+        self.start += n
+        return texts
+
+
+#: texts for the one-at-a-time paths, each new to the server
+fresh_texts = _FreshTexts(10_000_000)
+
+
+def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], items: int) -> list[PathResult]:
+    """Time each one-at-a-time path over ``items`` texts, interleaved item by item so drift
+    hits all alike; every request a text new to the server (:data:`fresh_texts`)."""
     from tqdm import tqdm
 
     latencies: dict[str, list[float]] = {name: [] for name in paths}
     cpu: dict[str, float] = dict.fromkeys(paths, 0.0)
     names = list(paths)
+    texts = fresh_texts(items * len(names))
     for fn in paths.values():  # warm every client's connection
         fn("warm-up")
     cpu_before = server_cpu_seconds()
     start = time.perf_counter()
-    for i, text in enumerate(tqdm(texts, desc="one at a time", unit="item")):
+    for i in tqdm(range(items), desc="one at a time", unit="item"):
         rotation = names[i % len(names) :] + names[: i % len(names)]
-        for name in rotation:
+        for j, name in enumerate(rotation):
+            text = texts[i * len(names) + j]
             c0, t0 = time.process_time(), time.perf_counter()
             paths[name](text)
             latencies[name].append((time.perf_counter() - t0) * 1000)
@@ -340,7 +361,7 @@ def run_one_at_a_time(paths: dict[str, Callable[[str], Any]], texts: list[str]) 
         PathResult(
             name,
             "one-at-a-time",
-            len(texts),
+            items,
             sum(latencies[name]) / 1000,
             cpu[name],
             latencies[name],
@@ -565,7 +586,7 @@ def run_service(
 
 
 def compare_quantized(
-    base_url: str, quantized_url: str, model: str, tokenizer: str | None, texts: list[str], invoke_texts: list[str]
+    base_url: str, quantized_url: str, model: str, tokenizer: str | None, texts: list[str], invoke_items: int
 ) -> tuple[list[PathResult], dict[str, Any]]:
     """The same classifier against a bf16 and a quantised server: throughput, one-at-a-time
     latency, and what quantisation does to the answers (argmax agreement, mean absolute
@@ -583,7 +604,7 @@ def compare_quantized(
             return asyncio.run(c.abatch(texts))
 
         results.append(_timed(f"QwenClassifier.abatch, token ids, {name}", len(texts), run))
-        results += run_one_at_a_time({f"QwenClassifier.invoke, token ids, {name}": classifier.invoke}, invoke_texts)
+        results += run_one_at_a_time({f"QwenClassifier.invoke, token ids, {name}": classifier.invoke}, invoke_items)
     agree = sum(a.label == b.label for a, b in zip(answers["bf16"], answers["fp8"], strict=True)) / len(texts)
     diffs = [
         abs(a.scores[k] - b.scores[k])
@@ -658,7 +679,7 @@ def transformers_baseline(model_dir: str, texts: list[str]) -> list[PathResult]:
 
 
 def run_replicas(
-    urls: list[str], model: str, tokenizer: str | None, texts: list[str], invoke_texts: list[str]
+    urls: list[str], model: str, tokenizer: str | None, texts: list[str], invoke_items: int
 ) -> list[PathResult]:
     """QwenClassifier spread over several servers (replicas sharing the GPU)."""
     from langchain_qwen_fast import QwenClassifier
@@ -668,7 +689,7 @@ def run_replicas(
         classifier.invoke("warm-up")
     suffix = f"{IDS if tokenizer else ''}, {len(urls)} replicas"
     results = [_timed(name, n, fn) for name, n, fn in _classifier_runs(suffix, classifier, texts, None)]
-    results += run_one_at_a_time({f"QwenClassifier.invoke{suffix}": classifier.invoke}, invoke_texts)
+    results += run_one_at_a_time({f"QwenClassifier.invoke{suffix}": classifier.invoke}, invoke_items)
     return results
 
 
@@ -845,7 +866,7 @@ def measure_flags(url: str, args: argparse.Namespace, sampler: GpuSampler | None
     keep = [name for name in paths if name.startswith(("raw HTTP", "QwenClassifier.invoke"))]
     root = url.rstrip("/").removesuffix("/v1")
     before = histogram_totals(root)
-    results = run_one_at_a_time({k: paths[k] for k in keep}, news_items(args.invoke_items))
+    results = run_one_at_a_time({k: paths[k] for k in keep}, args.invoke_items)
     after = histogram_totals(root)
     runs = _all_classifier_runs(objects, news_items(args.items), None)
     results += [_timed(name, n, fn) for name, n, fn in runs if ".abatch" in name]
@@ -955,7 +976,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         url = servers.enter_context(_server(args))
         one_paths, objects = build_paths(url, args.model, args.tokenizer)
         prompt_tokens = _prompt_tokens(objects["classifier"], url.rstrip("/").removesuffix("/v1"), news_items(64))
-        results = run_one_at_a_time(one_paths, news_items(args.invoke_items))
+        results = run_one_at_a_time(one_paths, args.invoke_items)
         results += run_batches(
             objects, news_items(args.items), news_items(args.chat_items or args.items), args.concurrency
         )
@@ -972,16 +993,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if args.compare_quantization and args.start_server:
             quantized = servers.enter_context(_server(args, "server-quantized", quantization=args.compare_quantization))
             rows_q, checks_q = compare_quantized(
-                url, quantized, args.model, args.tokenizer, news_items(args.items), news_items(args.invoke_items)
+                url, quantized, args.model, args.tokenizer, news_items(args.items), args.invoke_items
             )
             results += rows_q
             capability_ratios.update(checks_q)
         urls = [url]
         if args.replicas > 1 and args.start_server:
             urls += [servers.enter_context(_server(args, f"server-{k}")) for k in range(1, args.replicas)]
-            results += run_replicas(
-                urls, args.model, args.tokenizer, news_items(args.items), news_items(args.invoke_items)
-            )
+            results += run_replicas(urls, args.model, args.tokenizer, news_items(args.items), args.invoke_items)
         if args.sweep:
             in_flight = [n * len(urls) for n in (4, 8, 16)]
             swept = sweep(

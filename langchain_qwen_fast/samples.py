@@ -60,13 +60,14 @@ def headlines(n: int) -> list[str]:
     return [_HEADS[i] if i < len(_HEADS) else f"{_HEADS[i % len(_HEADS)]} ({i // len(_HEADS)})" for i in range(n)]
 
 
-def news_items(n: int) -> list[str]:
+def news_items(n: int, start: int = 0) -> list[str]:
     """``n`` distinct news-like paragraphs of about 60 tokens (a prompt of about 100 tokens
-    with the classifier's instructions); no two alike, so the prefix cache gets no free hits."""
+    with the classifier's instructions); no two alike, so the prefix cache gets no free hits.
+    ``start`` picks where in the (endless, fixed) sequence they begin."""
     return [
         f"{_HEADS[i % len(_HEADS)]}, report {i}. {_SOURCES[i % len(_SOURCES)]}, {_OUTLOOKS[i % len(_OUTLOOKS)]}"
         f" Filed from {_CITIES[i % len(_CITIES)]} at {i % 24:02d}:{i % 60:02d} local time, updated later."
-        for i in range(n)
+        for i in range(start, start + n)
     ]
 
 

@@ -46,6 +46,7 @@ from langchain_qwen_fast.benchmark import (
     LABELS,
     GpuSampler,
     HostCpuSampler,
+    fresh_texts,
     histogram_totals,
     run_capabilities,
     server_cpu_seconds,
@@ -133,10 +134,10 @@ def scaling_rounds(
     }
 
 
-def one_at_a_time_p50(classifier: Any, texts: list[str]) -> float | None:
-    """p50 ms of ``invoke`` one text at a time."""
+def one_at_a_time_p50(classifier: Any, items: int) -> float | None:
+    """p50 ms of ``invoke`` one text at a time, each text new to the server."""
     latencies = []
-    for text in texts:
+    for text in fresh_texts(items):
         t0 = time.perf_counter()
         classifier.invoke(text)
         latencies.append((time.perf_counter() - t0) * 1000)
@@ -237,8 +238,8 @@ def router_against_client(
         for name, classifier in runs:  # interleaved: drift hits both alike
             row.setdefault(name, []).append(throughput(classifier, texts)["per_s"])
         row["router, client defaults (one URL: 8 in flight)"] = throughput(routed_default, texts)["per_s"]
-        row["router p50 ms"] = one_at_a_time_p50(routed, news_items(200))
-    row["client p50 ms"] = one_at_a_time_p50(client_side, news_items(200))
+        row["router p50 ms"] = one_at_a_time_p50(routed, 200)
+    row["client p50 ms"] = one_at_a_time_p50(client_side, 200)
     row["router_over_client"] = round(sum(row["router"]) / sum(row["client"]), 3)
     print(json.dumps(row), flush=True)
     return row
@@ -348,7 +349,7 @@ def latency_variants(
         # the prefix cache, and its step would compute a token or two instead of the text.
         kinds = ("raw", "raw_no_logprobs", "invoke")
         measured = rounds * items * len(kinds)
-        texts = news_items(measured + max((requests for requests, _ in traced.values()), default=0))
+        texts = fresh_texts(measured + max((requests for requests, _ in traced.values()), default=0))
         samples: dict[str, dict[str, list[float]]] = {name: {kind: [] for kind in kinds} for name in ready}
         roots = {name: servers[name].base_url.removesuffix("/v1") for name in ready}
         bodies: dict[str, list[dict[str, Any]]] = {}
@@ -641,7 +642,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         urls, pids = group.base_urls, group.pids
         sampler = GpuSampler() if shutil.which("nvidia-smi") else None
         report["p50_ms_one_server"] = one_at_a_time_p50(
-            warm_classifier(urls[:1], args.model_name, tokenizer, mode=args.mode), news_items(200)
+            warm_classifier(urls[:1], args.model_name, tokenizer, mode=args.mode), 200
         )
         sizes = [int(k) for k in args.subsets.split(",")] if args.subsets else [len(urls)]
         sweep = {int(k) for k in args.sweep_subsets.split(",") if k}
