@@ -49,6 +49,7 @@ from langchain_qwen_fast.benchmark import (
     fresh_texts,
     histogram_totals,
     run_capabilities,
+    run_one_at_a_time,
     server_cpu_seconds,
     stage_means,
 )
@@ -136,12 +137,8 @@ def scaling_rounds(
 
 def one_at_a_time_p50(classifier: Any, items: int) -> float | None:
     """p50 ms of ``invoke`` one text at a time, each text new to the server."""
-    latencies = []
-    for text in fresh_texts(items):
-        t0 = time.perf_counter()
-        classifier.invoke(text)
-        latencies.append((time.perf_counter() - t0) * 1000)
-    return percentile(latencies, 50)
+    (result,) = run_one_at_a_time({"invoke": classifier.invoke}, items)
+    return percentile(result.latencies_ms, 50)
 
 
 def host_cpus() -> dict[str, int | None]:
@@ -345,8 +342,7 @@ def latency_variants(
                 ready[name] = warm_classifier([server.base_url], model_name, tokenizer)
             except Exception as exc:  # one variant that does not start must not lose the others
                 report[name]["error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
-        # Every request gets a text its server has not seen: a text sent again would be all in
-        # the prefix cache, and its step would compute a token or two instead of the text.
+        # every request a text new to its server (see fresh_texts)
         kinds = ("raw", "raw_no_logprobs", "invoke")
         measured = rounds * items * len(kinds)
         texts = fresh_texts(measured + max((requests for requests, _ in traced.values()), default=0))
