@@ -20,9 +20,9 @@ from pathlib import Path
 from _local import TINY_MODEL
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.data import write_labelled
-from langchain_qwen_fast.samples import SAMPLE_HEADLINES, labelled_news
-from langchain_qwen_fast.server.test_model import build_test_model
+from langchain_qwen_fast.testing.samples import SAMPLE_HEADLINES, labelled_news
+from langchain_qwen_fast.testing.tiny_model import build_test_model
+from langchain_qwen_fast.training.data import write_labelled
 
 QWEN_FAST = [sys.executable, "-m", "langchain_qwen_fast.cli"]
 

@@ -11,7 +11,7 @@ from _local import add_server_args, server_url
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from langchain_qwen_fast import ChatQwenFast, QwenClassifier
-from langchain_qwen_fast.samples import AG_NEWS_LABELS
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 
 
 def main() -> None:

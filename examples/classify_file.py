@@ -22,7 +22,7 @@ from _local import add_server_args, server_url
 from tqdm import tqdm
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.samples import AG_NEWS_LABELS
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 
 
 def read_texts(path: Path, text_column: str) -> Iterator[str]:

@@ -13,7 +13,7 @@ import sys
 from _local import ROOT, TINY_MODEL
 
 from langchain_qwen_fast.cli import main
-from langchain_qwen_fast.server.test_model import build_test_model
+from langchain_qwen_fast.testing.tiny_model import build_test_model
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

@@ -13,7 +13,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 
 from langchain_qwen_fast import ChatQwenFast, Classification, QwenClassifier
-from langchain_qwen_fast.samples import AG_NEWS_LABELS
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 
 ARTICLES = [
     {"title": "Late goal sends holders through", "body": "The champions scored in stoppage time."},

@@ -12,7 +12,7 @@ import time
 from _local import add_server_args, server_url
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.samples import AG_NEWS_LABELS, SAMPLE_HEADLINES, headlines
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, SAMPLE_HEADLINES, headlines
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from _local import add_server_args, server_url
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.samples import AG_NEWS_LABELS
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 
 HEADLINES = [
     "Champions League: holders through after late goal",

@@ -15,9 +15,9 @@ from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr, model_validator
 from typing_extensions import Self
 
-from langchain_qwen_fast._transport import RetryPolicy, Transport
+from langchain_qwen_fast._core.prompting import strip_think
+from langchain_qwen_fast._core.transport import RetryPolicy, Transport
 from langchain_qwen_fast.errors import is_retryable_status
-from langchain_qwen_fast.prompting import strip_think
 
 _THINK_TAGS = ("<think>", "</think>")
 

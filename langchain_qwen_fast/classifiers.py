@@ -24,15 +24,15 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils import secret_from_env
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
-from langchain_qwen_fast._procedure import Node, Procedure, Rules, group_size
-from langchain_qwen_fast._processes import ClientProcesses, merge, processes_for
-from langchain_qwen_fast._transport import RetryPolicy, Transport, adrive, drive
+from langchain_qwen_fast._core.base_urls import resolve_base_url
+from langchain_qwen_fast._core.procedure import Node, Procedure, Rules, group_size
+from langchain_qwen_fast._core.processes import ClientProcesses, merge, processes_for
+from langchain_qwen_fast._core.prompting import ClassifierPlan, LabelSet, check_example
+from langchain_qwen_fast._core.transport import RetryPolicy, Transport, adrive, drive
 from langchain_qwen_fast.caches import ClassificationCache
 from langchain_qwen_fast.chat_models import ChatQwenFast
 from langchain_qwen_fast.classification import Classification, ClassifierInput, text_of
-from langchain_qwen_fast.endpoints import resolve_base_url
 from langchain_qwen_fast.errors import InvalidInputError, QwenFastError
-from langchain_qwen_fast.prompting import ClassifierPlan, LabelSet, check_example
 from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool
 
 # Per-item run bookkeeping in a big async batch is done in slices with a yield to the event

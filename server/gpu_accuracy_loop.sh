@@ -24,8 +24,8 @@ bench=(--profile gpu --items "${ITEMS:-8192}" --invoke-items "${INVOKE_ITEMS:-20
 if [ -n "${TRAIN:-}" ]; then
   # AG News-length texts: a generated headline (the label's words) and a ~60-token body.
   python3 -c "
-from langchain_qwen_fast.data import write_labelled
-from langchain_qwen_fast.samples import labelled_news, news_items
+from langchain_qwen_fast.training.data import write_labelled
+from langchain_qwen_fast.testing.samples import labelled_news, news_items
 items = labelled_news(4096, 0)
 write_labelled('$out/train.csv', [(f'{h}. {b}', y) for (h, y), b in zip(items, news_items(len(items)))])"
   for run in "head merged" "head-generate generate" "sft merged"; do

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
-from langchain_qwen_fast.server.launcher import VLLMServer
-from langchain_qwen_fast.server.test_model import build_test_model
-from tests.integration_tests.proxy import FaultProxy
+from langchain_qwen_fast.serving.launcher import VLLMServer
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from langchain_qwen_fast.testing.tiny_model import build_test_model
+from tests.support.proxy import FaultProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"

@@ -14,10 +14,10 @@ from langchain_core.example_selectors import SemanticSimilarityExampleSelector
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_qwen_fast import Classification, QwenClassifier
+from langchain_qwen_fast._core.prompting import softmax
 from langchain_qwen_fast.caches import InMemoryCache
-from langchain_qwen_fast.prompting import softmax
-from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
-from tests.integration_tests.proxy import FaultProxy
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from tests.support.proxy import FaultProxy
 
 LABELS = list(AG_NEWS_LABELS)
 

@@ -11,7 +11,7 @@ from langchain_core.prompts import ChatPromptTemplate
 
 from langchain_qwen_fast import ChatQwenFast, Classification, QwenClassifier
 from tests.integration_tests.conftest import NEWS_LABELS
-from tests.integration_tests.proxy import Fault, FaultProxy
+from tests.support.proxy import Fault, FaultProxy
 
 
 def chat(url: str, **kwargs: Any) -> ChatQwenFast:

@@ -26,9 +26,9 @@ from langchain_qwen_fast import (
     ServerConnectionError,
     ServerStatusError,
 )
-from langchain_qwen_fast.prompting import PROMPT_SUFFIX
+from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from tests.integration_tests.conftest import NEWS_LABELS
-from tests.integration_tests.proxy import Fault, FaultProxy
+from tests.support.proxy import Fault, FaultProxy
 
 
 def make(url: str, **kwargs: Any) -> QwenClassifier:
@@ -360,7 +360,7 @@ def test_reply_without_the_label_logprobs_is_an_error(proxy: FaultProxy) -> None
 
 
 def test_connection_refused_is_a_clear_error() -> None:
-    from langchain_qwen_fast.server.launcher import free_port
+    from langchain_qwen_fast.serving.launcher import free_port
 
     classifier = QwenClassifier(labels=NEWS_LABELS, base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
     with pytest.raises(ServerConnectionError, match="ConnectError"):

@@ -9,7 +9,7 @@ import pytest
 
 from langchain_qwen_fast import Classification, ContextLengthError, InvalidInputError, QwenClassifier, QwenFastError
 from tests.integration_tests.conftest import NEWS_LABELS
-from tests.integration_tests.proxy import FaultProxy
+from tests.support.proxy import FaultProxy
 
 
 def head(url: str, **kwargs: Any) -> QwenClassifier:

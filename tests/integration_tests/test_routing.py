@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_qwen_fast import QwenClassifier, label_edge
 from tests.integration_tests.conftest import NEWS_LABELS
-from tests.integration_tests.proxy import FaultProxy
+from tests.support.proxy import FaultProxy
 
 
 @pytest.fixture

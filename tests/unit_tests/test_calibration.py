@@ -9,7 +9,7 @@ import random
 import pytest
 
 from langchain_qwen_fast import calibration
-from langchain_qwen_fast.prompting import softmax
+from langchain_qwen_fast._core.prompting import softmax
 
 
 def test_temperature_one_is_the_identity_and_others_keep_the_order() -> None:

@@ -13,10 +13,10 @@ from langchain_core.example_selectors import BaseExampleSelector
 from langchain_core.runnables import RunnableLambda, RunnableParallel
 
 from langchain_qwen_fast import Classification, InvalidInputError, QwenClassifier, QwenFastError
+from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast.caches import InMemoryCache, SQLiteCache
-from langchain_qwen_fast.prompting import PROMPT_SUFFIX
-from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
-from tests.unit_tests.fake_vllm import FakeVLLM, logit, softmax, toy_tokenize
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from tests.support.fake_vllm import FakeVLLM, logit, softmax, toy_tokenize
 
 LABELS = list(AG_NEWS_LABELS)
 URL = "http://vllm.test/v1"
@@ -354,7 +354,7 @@ def test_a_server_without_a_tokenizer_classifies_from_token_ids(
     set-up and probes send token ids, the tokenizer check is skipped, and the results are
     those of a server with a tokenizer."""
     from langchain_qwen_fast import classifiers
-    from tests.unit_tests.fake_vllm import ToyTokenizer
+    from tests.support.fake_vllm import ToyTokenizer
 
     monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: ToyTokenizer())
     texts = headlines(12)
@@ -375,7 +375,7 @@ def test_without_a_tokenizer_anywhere_the_servers_refusal_is_named() -> None:
 
 def test_head_mode_probes_with_token_ids_when_the_client_tokenises(monkeypatch: pytest.MonkeyPatch) -> None:
     from langchain_qwen_fast import classifiers
-    from tests.unit_tests.fake_vllm import ToyTokenizer
+    from tests.support.fake_vllm import ToyTokenizer
 
     monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: ToyTokenizer())
     fake = FakeVLLM(has_tokenizer=False, head_classes=4)
@@ -386,7 +386,7 @@ def test_head_mode_probes_with_token_ids_when_the_client_tokenises(monkeypatch: 
 
 def test_the_tokenizer_is_still_checked_on_a_replica_that_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
     from langchain_qwen_fast import classifiers
-    from tests.unit_tests.fake_vllm import NO_TOKENIZER, ToyTokenizer, status
+    from tests.support.fake_vllm import NO_TOKENIZER, ToyTokenizer, status
 
     class OtherModels(ToyTokenizer):
         def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:

@@ -22,9 +22,9 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
-from langchain_qwen_fast.prompting import PROMPT_SUFFIX
-from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
-from tests.unit_tests.fake_vllm import FakeVLLM, logit, raw, reset, softmax, status, timeout, toy_tokenize
+from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from tests.support.fake_vllm import FakeVLLM, logit, raw, reset, softmax, status, timeout, toy_tokenize
 
 LABELS = list(AG_NEWS_LABELS)
 URL = "http://vllm.test/v1"

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast import Classification, QwenClassifier
-from langchain_qwen_fast.samples import AG_NEWS_LABELS, headlines
-from langchain_qwen_fast.server.launcher import VLLMServer, free_port
-from langchain_qwen_fast.server.test_model import build_test_model
+from langchain_qwen_fast.serving.launcher import VLLMServer, free_port
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from langchain_qwen_fast.testing.tiny_model import build_test_model
 
 LABELS = list(AG_NEWS_LABELS)
 ROOT = Path(__file__).resolve().parents[3]

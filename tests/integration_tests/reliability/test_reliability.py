@@ -24,10 +24,10 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
-from langchain_qwen_fast.server.launcher import VLLMServer, free_port
+from langchain_qwen_fast.serving.launcher import VLLMServer, free_port
 from tests.integration_tests.conftest import NEWS_LABELS
-from tests.integration_tests.proxy import Fault, FaultProxy
 from tests.integration_tests.reliability.soak import kill_mid_batch, load
+from tests.support.proxy import Fault, FaultProxy
 
 KEY = "sk-reliability-7f3a9c"  # the dedicated server below requires it
 

@@ -1,0 +1,525 @@
+"""The classifier's request procedure, written once for sync and async (sans-I/O).
+
+Each procedure is a generator: it yields batches of calls (:data:`~langchain_qwen_fast._core.transport.Call`),
+receives their results (decoded JSON, or the exception the call ended with) and returns its
+value. ``drive``/``adrive`` in the transport run it with blocking or async I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_qwen_fast._core import vllm_api
+from langchain_qwen_fast._core.prompting import (
+    PROMPT_SUFFIX,
+    ClassifierPlan,
+    LabelSet,
+    Prediction,
+    Prompt,
+    Step,
+    constrained_choice_max_tokens,
+    plan_steps,
+)
+from langchain_qwen_fast._core.transport import Call, Steps
+from langchain_qwen_fast.caches import ClassificationCache
+from langchain_qwen_fast.calibration import apply_temperature
+from langchain_qwen_fast.classification import Classification, text_of
+from langchain_qwen_fast.errors import InvalidInputError, QwenFastError, ResponseFormatError, ServerStatusError
+
+# Work on a big async batch is done in slices with a yield to the event loop between them,
+# so that a 20,000-item abatch never holds the loop for long (measured in tests/reliability).
+_GROUPS_PER_CHECKPOINT = 16
+# Prompts tokenised client-side per slice (a few ms each), with a yield between slices.
+_ENCODE_SLICE = 1024
+# Prompts whose token ids the set-up compares with the server's, to catch a wrong tokenizer.
+_TOKENIZER_SAMPLES = ("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace")
+
+# Prompts per request when the classifier picks (see group_size). Bigger requests cut the
+# client's and the API server's per-request work, smaller ones keep the pipeline full (each
+# group is tokenised as it is sent). H200 sweeps (docs/benchmarks.md): 128 a request with 8
+# in flight per server was the best or within noise of it on 1, 4, 6 and 8 servers; 256
+# trailed by 5-20 % on 4 and more.
+MIN_GROUP = 16
+MAX_GROUP = 128
+
+
+def group_size(prompts: int, in_flight: int) -> int:
+    """Prompts per request for ``prompts`` prompts with ``in_flight`` requests allowed at
+    once: an equal share for each slot in flight, so every slot (every replica's share) is
+    busy, within ``MIN_GROUP``..``MAX_GROUP``."""
+    share = -(-prompts // max(1, in_flight))
+    return max(MIN_GROUP, min(MAX_GROUP, share))
+
+
+#: A node of a label hierarchy: () for the top level, (parent,) for its children, ...
+Node = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How predictions become results: thresholds, abstention."""
+
+    abstain_below: float | None = None
+    #: calibration temperature applied to the scores (1: none)
+    temperature: float = 1.0
+    #: multi-label: per-label probability a label needs
+    thresholds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """The settings the request procedure needs, taken from a classifier."""
+
+    model: str
+    mode: Literal["generate", "head"]
+    #: prompts per request; None: :func:`group_size` per call
+    batch_size: int | None
+    rules: Rules
+    #: label sets by hierarchy node (a flat classifier has only the top node)
+    label_sets: Mapping[Node, LabelSet]
+    tokenizer: Any = None
+    tokenizer_path: str | None = None
+    cache: ClassificationCache | None = None
+    #: identifies the server(s) in cache keys
+    servers: tuple[str, ...] = ()
+
+    # -- set-up -----------------------------------------------------------------------------
+    def setup_steps(self) -> Steps[dict[Node, ClassifierPlan]]:
+        """Every node's plan, learnt from the server."""
+        served = vllm_api.parse_models(_raise_any((yield [vllm_api.models_call()]))[0])
+        if self.model not in served:
+            where = ", ".join(self.servers) or "the server"
+            raise QwenFastError(f"model {self.model!r} is not served at {where}; it serves {sorted(served)}")
+        plans = {}
+        for node, label_set in self.label_sets.items():
+            if self.mode == "head":
+                plan = yield from self._head_plan_steps(label_set, served[self.model])
+            else:
+                plan = yield from self._generate_plan_steps(label_set, served[self.model])
+            if self.tokenizer is not None:
+                plan = plan.with_tokenizer(self.tokenizer)
+                yield from self._check_tokenizer_steps(plan)
+            plans[node] = plan
+        return plans
+
+    def _tokenize(self, texts: Sequence[str]) -> Steps[list[list[int]]]:
+        if self.tokenizer is not None:
+            # The local tokenizer, checked against the server's where it has one
+            # (_check_tokenizer_steps): no round trips, and servers without a tokenizer work.
+            return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        replies = _raise_any((yield [vllm_api.tokenize_call(self.model, t) for t in texts]))
+        return [vllm_api.parse_tokenize(r) for r in replies]
+
+    def _probe_prompt(self, plan: ClassifierPlan, step: int = 0) -> Prompt:
+        """A short prompt for a set-up probe: token ids with a local tokenizer (a server started
+        with ``--skip-tokenizer-init`` reads nothing else), else text."""
+        if self.tokenizer is None:
+            return plan.render("probe", step)
+        return plan.with_tokenizer(self.tokenizer).encode(["probe"], step)[0]
+
+    def _generate_plan_steps(self, labels: LabelSet, max_model_len: int) -> Steps[ClassifierPlan]:
+        head = labels.render_head()
+        scoring: Any
+        paths: tuple[tuple[int, ...], ...] = ()
+        text_prompts_work = True
+        end_token = None
+        if labels.multi_label:
+            yes_no = yield from self._tokenize(["yes", "no"])
+            if any(len(t) != 1 for t in yes_no) or yes_no[0] == yes_no[1]:
+                raise QwenFastError(f"'yes' and 'no' must be single distinct tokens on this server, got {yes_no}")
+            allowed = (yes_no[0][0], yes_no[1][0])
+            scoring, steps = "yes_no", tuple(Step(labels.question(label), allowed) for label in labels.labels)
+        else:
+            *label_tokens, end = yield from self._tokenize([*labels.labels, "<|im_end|>"])
+            end_token = end[0]
+            scoring, steps, paths = plan_steps(label_tokens, end_token)
+            if scoring == "label_sequences":
+                with_text = yield from self._path_texts(steps)
+                text_prompts_work = with_text is not None  # each label prefix survives a round trip as text
+                steps = with_text or steps
+        max_tokens = 1
+        distinct_tails = sorted({s.tail for s in steps})
+        counts = yield from self._tokenize([head, *distinct_tails])
+        tail_tokens = dict(zip(distinct_tails, map(len, counts[1:]), strict=True))
+        overhead = len(counts[0]) + max(tail_tokens[s.tail] + len(s.path) for s in steps)
+        if max_model_len and overhead + max_tokens >= max_model_len:
+            raise QwenFastError(
+                f"the prompt's fixed part (instructions, {len(labels.labels)} labels, examples) takes {overhead} "
+                f"tokens, leaving no room in the server's context of {max_model_len}; serve the model with a "
+                "longer --max-model-len, or shorten the labels, descriptions or examples"
+            )
+        plan = ClassifierPlan(
+            label_set=labels,
+            scoring=scoring,
+            head=head,
+            steps=steps,
+            max_tokens=max_tokens,
+            overhead_tokens=overhead,
+            max_model_len=max_model_len or overhead + 4096,
+            has_logprob_token_ids=True,
+            label_paths=paths,
+            end_token=end_token,
+        )
+        if not text_prompts_work:
+            return _constrained_choice(plan)
+        # vLLM versions differ: ask for the answer tokens' logprobs and see if they come back.
+        k = vllm_api.probe_step(plan)
+        probe = vllm_api.classify_call(plan, self.model, k, [self._probe_prompt(plan, k)])
+        if vllm_api.probe_has_logprob_token_ids(plan, _raise_any((yield [probe]))[0]):
+            return plan
+        if scoring == "label_sequences":  # top-k logprobs cannot score every node's tokens
+            return _constrained_choice(plan)
+        return dataclasses.replace(plan, has_logprob_token_ids=False)
+
+    def _path_texts(self, steps: tuple[Step, ...]) -> Steps[tuple[Step, ...] | None]:
+        """Each trie node's label tokens as text, checked to tokenise back to those tokens
+        (after the prompt's closing newlines, a label's tokens start a fresh word). None when
+        one does not: those labels cannot be continued from a text prompt."""
+        inner = [s for s in steps if s.path]
+        if self.tokenizer is not None:
+            texts = [self.tokenizer.decode(list(s.path)) for s in inner]
+        else:
+            replies = yield [vllm_api.detokenize_call(self.model, s.path) for s in inner]
+            try:
+                texts = [vllm_api.parse_detokenize(_raise_any([r])[0]) for r in replies]
+            except QwenFastError:
+                return None
+        back = yield from self._tokenize(texts)
+        if any(tuple(ids) != s.path for ids, s in zip(back, inner, strict=True)):
+            return None
+        by_path = {s.path: t for s, t in zip(inner, texts, strict=True)}
+        return tuple(dataclasses.replace(s, path_text=by_path.get(s.path, "")) for s in steps)
+
+    def _head_plan_steps(self, labels: LabelSet, max_model_len: int) -> Steps[ClassifierPlan]:
+        plan = ClassifierPlan(
+            label_set=labels,
+            scoring="head",
+            head="",
+            steps=(Step(""),),
+            max_tokens=0,
+            overhead_tokens=0,
+            max_model_len=max_model_len or 4096,
+            has_logprob_token_ids=False,
+        )
+        probe = _raise_any((yield [vllm_api.classify_call(plan, self.model, 0, [self._probe_prompt(plan)])]))[0]
+        classes = vllm_api.parse_num_classes(probe)
+        if classes != len(labels.labels):
+            raise QwenFastError(
+                f"model {self.model!r} has a {classes}-class head but {len(labels.labels)} labels were given"
+            )
+        # A softmax head's probabilities sum to 1; a multi-label (sigmoid) head's almost never do.
+        total = sum(vllm_api.parse_head(plan, vllm_api.reply_items(plan, probe)[0]).values())
+        if labels.multi_label == (abs(total - 1.0) < 1e-3):
+            kind = "a single-label (softmax)" if labels.multi_label else "a multi-label (sigmoid)"
+            fix = "multi_label=False" if labels.multi_label else "multi_label=True"
+            raise QwenFastError(f"model {self.model!r} has {kind} head; use {fix}")
+        return plan
+
+    def _check_tokenizer_steps(self, plan: ClassifierPlan) -> Steps[None]:
+        """Raise unless our token ids for sample prompts are exactly the server's (a tokenizer
+        of another model would otherwise classify garbage without a sound)."""
+        replies = yield [vllm_api.tokenize_call(self.model, plan.render(s)) for s in _TOKENIZER_SAMPLES]
+        # A server started with --skip-tokenizer-init has none to compare with: ours is the
+        # only tokenizer there (replicas may differ, so each sample is checked where it can be).
+        checked = [
+            (s, r) for s, r in zip(_TOKENIZER_SAMPLES, replies, strict=True) if not vllm_api.is_tokenizer_unavailable(r)
+        ]
+        served = [vllm_api.parse_tokenize(r) for r in _raise_any([r for _, r in checked])]
+        bodies = plan.encode_bodies([plan.body(s) for s, _ in checked])
+        for body, theirs in zip(bodies, served, strict=True):
+            ours = plan.prompt_ids(body, 0)
+            if ours != theirs:
+                at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+                raise QwenFastError(
+                    f"the tokenizer at {self.tokenizer_path} does not match the server's for model "
+                    f"{self.model!r}: token {at} differs ({ours[at : at + 3]} here, {theirs[at : at + 3]} "
+                    "on the server); point tokenizer_path at the served model's tokenizer"
+                )
+
+    # -- classification ---------------------------------------------------------------------
+    def classify_steps(
+        self,
+        inputs: Sequence[Any],
+        plans: Mapping[Node, ClassifierPlan],
+        examples: Sequence[str | Exception] | None = None,
+        *,
+        in_flight: int = 1,
+        group: int | None = None,
+    ) -> Steps[list[Any]]:
+        """Classify ``inputs`` down the hierarchy; every slot ends as a Classification or an
+        exception, in input order. ``examples``: each input's selected examples, rendered.
+        Prompts per request: ``group``, else the classifier's ``batch_size``, else
+        :func:`group_size` for ``in_flight`` requests at once."""
+        if group is not None and group != self.batch_size:
+            sized = dataclasses.replace(self, batch_size=group)
+            return (yield from sized.classify_steps(inputs, plans, examples, in_flight=in_flight))
+        results = yield from self._level_steps(inputs, plans[()], (), examples, in_flight)
+        if len(plans) > 1:  # a hierarchy: every result carries its path
+            results = [_with_path(r) if isinstance(r, Classification) else r for r in results]
+            yield from self._descend(inputs, plans, (), results, examples, in_flight)
+        return results
+
+    def _descend(
+        self,
+        inputs: Sequence[Any],
+        plans: Mapping[Node, ClassifierPlan],
+        node: Node,
+        results: list[Any],
+        examples: Sequence[str | Exception] | None,
+        in_flight: int,
+    ) -> Steps[None]:
+        for label in plans[node].label_set.labels:
+            child = (*node, label)
+            if child not in plans:
+                continue
+            here = [i for i, r in enumerate(results) if isinstance(r, Classification) and r.label == label]
+            if not here:
+                continue
+            sub_examples = [examples[i] for i in here] if examples is not None else None
+            sub = yield from self._level_steps([inputs[i] for i in here], plans[child], child, sub_examples, in_flight)
+            for i, result in zip(here, sub, strict=True):
+                results[i] = result if isinstance(result, Exception) else _below(results[i], result)
+            yield from self._descend(inputs, plans, child, results, examples, in_flight)
+
+    def _level_steps(
+        self,
+        inputs: Sequence[Any],
+        plan: ClassifierPlan,
+        node: Node,
+        examples: Sequence[str | Exception] | None,
+        in_flight: int,
+    ) -> Steps[list[Any]]:
+        results: list[Any] = [None] * len(inputs)
+        # Identical texts (with identical examples) are asked once and answered in every place.
+        where: dict[str, list[int]] = {}
+        for i, value in enumerate(inputs):
+            selected = examples[i] if examples else ""
+            try:
+                text = text_of(value)
+            except InvalidInputError as exc:
+                results[i] = exc
+                continue
+            if isinstance(selected, Exception):
+                results[i] = selected
+                continue
+            where.setdefault(plan.body(text, selected), []).append(i)
+        bodies = list(where)
+        outcome: dict[str, Any] = {}
+
+        keys: dict[str, str] = {}
+        if self.cache is not None:
+            fingerprint = self._fingerprint(plan, node)
+            keys = {b: hashlib.sha256(f"{fingerprint}\0{b}".encode()).hexdigest() for b in bodies}
+            body_of = {k: b for b, k in keys.items()}
+            for key, cached in self.cache.lookup(list(keys.values())).items():
+                outcome[body_of[key]] = Classification.model_validate(cached)
+        pending = [b for b in bodies if b not in outcome]
+
+        prompt_of: dict[str, Any] = {}
+        # UTF-8 bytes bound byte-level BPE tokens from above: only bodies with more bytes than
+        # the budget need an exact count, from the server or, with a tokenizer, here.
+        budget = plan.text_token_budget
+        unsure = [b for b in pending if len(b) * 4 > budget and len(b.encode()) > budget]
+        if plan.tokenizer is None:
+            if unsure:
+                counts = yield [vllm_api.tokenize_call(self.model, b) for b in unsure]
+                for body, count in zip(unsure, counts, strict=True):
+                    outcome[body] = count if isinstance(count, Exception) else _length_error(plan, count)
+            pending = [b for b in pending if outcome.get(b) is None]
+        else:
+            # Those are tokenised now (a slice at a time, the event loop runs between); the
+            # rest group by group as their requests go out.
+            for start in range(0, len(unsure), _ENCODE_SLICE):
+                part = unsure[start : start + _ENCODE_SLICE]
+                for body, ids in zip(part, plan.encode_bodies(part), strict=True):
+                    prompt_of[body] = ids
+                    outcome[body] = plan.length_error(len(ids))
+                yield []
+            pending = [b for b in pending if outcome.get(b) is None]
+
+        answers = yield from self._ask_steps(plan, pending, prompt_of, in_flight)
+        for body in pending:
+            got = answers[body]
+            failed = next((a for a in got if isinstance(a, Exception)), None)
+            if failed is not None:
+                outcome[body] = failed
+                continue
+            try:
+                outcome[body] = self._result(vllm_api.combine(plan, got), plan)
+            except QwenFastError as exc:
+                outcome[body] = exc
+        if self.cache is not None:
+            fresh = [b for b in pending if isinstance(outcome[b], Classification)]
+            self.cache.update({keys[b]: outcome[b].model_dump(mode="json") for b in fresh})
+        for body, indices in where.items():
+            for i in indices:
+                results[i] = outcome[body]
+        return results
+
+    def _ask_steps(
+        self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], in_flight: int
+    ) -> Steps[dict[str, list[Any]]]:
+        """Every step of every body, in grouped requests; each answer, or the exception that
+        ended its request, by body and step."""
+        answers: dict[str, list[Any]] = {b: [None] * len(plan.steps) for b in bodies}
+
+        def prompt(body: str, step: int) -> Prompt:
+            if body in prompt_of:
+                return plan.prompt_ids(prompt_of[body], step)
+            if plan.scoring == "head":
+                return body
+            tail = plan.steps[step]
+            return plan.head + body + tail.tail + tail.path_text
+
+        # Steps asked with the same answer tokens share requests (a multi-label text's label
+        # questions sit side by side, so the server's prefix cache keeps the text for all).
+        kinds: dict[tuple[int, ...], list[tuple[str, int]]] = {}
+        for body in bodies:
+            for k, step in enumerate(plan.steps):
+                kinds.setdefault(step.allowed, []).append((body, k))
+        groups = []
+        for q in kinds.values():
+            size = self.batch_size or group_size(len(q), in_flight)
+            groups += [q[i : i + size] for i in range(0, len(q), size)]
+
+        def call(group: list[tuple[str, int]]) -> Call:
+            if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
+                return vllm_api.classify_call(plan, self.model, group[0][1], [prompt(b, k) for b, k in group])
+
+            def prompts() -> list[Prompt]:  # when the request is sent (off the event loop)
+                fresh = [b for b in dict.fromkeys(b for b, _ in group) if b not in prompt_of]
+                ids = dict(zip(fresh, plan.encode_bodies(fresh), strict=True))
+                return [plan.prompt_ids(ids[b] if b in ids else prompt_of[b], k) for b, k in group]
+
+            return vllm_api.classify_call(plan, self.model, group[0][1], prompts)
+
+        while groups:
+            calls = [call(g) for g in groups]
+            replies = yield calls
+            retry: list[list[tuple[str, int]]] = []
+            for n, (group, reply) in enumerate(zip(groups, replies, strict=True), 1):
+                if n % _GROUPS_PER_CHECKPOINT == 0:
+                    yield []  # parsing thousands of replies: let the event loop breathe
+                if _is_request_error(reply) and len(group) > 1:
+                    # One bad prompt fails the whole request: split to find it.
+                    half = len(group) // 2
+                    retry += [group[:half], group[half:]]
+                elif isinstance(reply, Exception):
+                    for body, k in group:
+                        answers[body][k] = reply
+                else:
+                    _assign(plan, reply, group, answers)
+            groups = retry
+        return answers
+
+    def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
+        labels = plan.label_set.labels
+        scoring = plan.scoring
+        if prediction.scores is None:
+            label = labels[prediction.index]
+            return Classification(label=label, labels=[label], scoring=scoring)
+        values = prediction.scores
+        if self.rules.temperature != 1.0:
+            values = tuple(apply_temperature(values, self.rules.temperature, plan.label_set.multi_label))
+        scores = dict(zip(labels, values, strict=True))
+        if plan.label_set.multi_label:
+            thresholds = self.rules.thresholds
+            chosen = [x for x in labels if scores[x] >= thresholds.get(x, 0.5)]
+            best = max(chosen, key=scores.__getitem__) if chosen else None
+            return Classification(label=best, labels=chosen, scores=scores, scoring=scoring, multi_label=True)
+        if self.rules.abstain_below is not None and max(values) < self.rules.abstain_below:
+            return Classification(label=None, labels=[], scores=scores, abstained=True, scoring=scoring)
+        label = labels[prediction.index]
+        return Classification(label=label, labels=[label], scores=scores, scoring=scoring)
+
+    def _fingerprint(self, plan: ClassifierPlan, node: Node) -> str:
+        """Everything but the text that decides a result: server, model, prompt layout, steps
+        and the rules that turn scores into labels."""
+        layout = {
+            "servers": sorted(self.servers),
+            "model": self.model,
+            "node": list(node),
+            "scoring": plan.scoring,
+            "head": plan.head,
+            "steps": [[s.tail, s.path_text, list(s.allowed), list(s.path)] for s in plan.steps],
+            "labels": list(plan.label_set.labels),
+            "multi_label": plan.label_set.multi_label,
+            "abstain_below": self.rules.abstain_below,
+            "temperature": self.rules.temperature,
+            "thresholds": dict(sorted(self.rules.thresholds.items())),
+            "logprob_token_ids": plan.has_logprob_token_ids,
+        }
+        return hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()
+
+
+def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
+    """``plan`` falling back to the server's constrained choice of a whole label (no scores)."""
+    return dataclasses.replace(
+        plan,
+        scoring="constrained_choice",
+        steps=(Step(PROMPT_SUFFIX),),
+        max_tokens=constrained_choice_max_tokens(plan.label_set),
+        has_logprob_token_ids=False,
+    )
+
+
+def _assign(plan: ClassifierPlan, reply: Any, group: list[tuple[str, int]], answers: dict[str, list[Any]]) -> None:
+    try:
+        items = vllm_api.reply_items(plan, reply)
+    except ResponseFormatError as error:
+        for body, k in group:
+            answers[body][k] = error
+        return
+    for position, (body, k) in enumerate(group):
+        item = items.get(position)
+        if item is None:
+            answers[body][k] = ResponseFormatError(f"reply has no choice for prompt {position} of its group")
+            continue
+        try:
+            answers[body][k] = vllm_api.parse_item(plan, k, item)
+        except QwenFastError as exc:
+            answers[body][k] = exc
+
+
+def _with_path(result: Classification) -> Classification:
+    """A top-level result of a hierarchy, with its one-level path."""
+    return result.model_copy(
+        update={"path": [result.label] if result.label else [], "path_scores": [result.scores or {}]}
+    )
+
+
+def _below(parent: Classification, child: Classification) -> Classification:
+    """A child level's result under its parent's: the leaf label with the path and each
+    level's probabilities."""
+    return child.model_copy(
+        update={
+            "path": [*(parent.path or []), *([child.label] if child.label else [])],
+            "path_scores": [*(parent.path_scores or []), child.scores or {}],
+        }
+    )
+
+
+def _length_error(plan: ClassifierPlan, reply: Any) -> QwenFastError | None:
+    try:
+        return plan.length_error(len(vllm_api.parse_tokenize(reply)))
+    except QwenFastError as exc:
+        return exc
+
+
+def _raise_any(results: list[Any]) -> list[Any]:
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results
+
+
+def _is_request_error(reply: Any) -> bool:
+    return isinstance(reply, ServerStatusError) and not reply.retryable and reply.status_code < 500
+
+
+__all__ = ["Node", "Procedure", "Rules"]

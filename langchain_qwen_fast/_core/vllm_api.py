@@ -1,0 +1,231 @@
+"""The one place that knows vLLM's HTTP endpoints: request bodies and reply parsing for
+``/v1/models``, ``/tokenize``, ``/detokenize``, ``/v1/completions`` and ``/classify``.
+
+Pure functions; the transport sends what they build. A request is a :data:`Call`:
+(HTTP method, path, JSON body or None). Paths under ``/v1`` are relative (``"completions"``);
+server routes hang off the root (``"/tokenize"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_qwen_fast._core.prompting import ClassifierPlan, Prediction, Prompt, strip_think
+from langchain_qwen_fast._core.transport import Call
+from langchain_qwen_fast.errors import LabelParseError, ResponseFormatError, ServerStatusError
+
+#: Servers that cannot return the logprobs of chosen tokens give the top-k instead.
+TOP_LOGPROBS_FALLBACK = 20
+
+_REPLY_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+
+
+# -- /v1/models --------------------------------------------------------------------------
+def models_call() -> Call:
+    """List the served models."""
+    return ("GET", "models", None)
+
+
+def parse_models(reply: Any) -> dict[str, int]:
+    """Served model name -> its context length (0 when the server does not say)."""
+    try:
+        return {str(m["id"]): int(m.get("max_model_len") or 0) for m in reply["data"]}
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"/v1/models reply lacks its model list: {exc!r}") from None
+
+
+# -- /tokenize ---------------------------------------------------------------------------
+def tokenize_call(model: str, text: str) -> Call:
+    """Tokenise ``text`` exactly as a completion prompt is tokenised (no special tokens added)."""
+    return ("POST", "/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
+
+
+def parse_tokenize(reply: Any) -> list[int]:
+    """The token ids of a ``/tokenize`` reply."""
+    try:
+        tokens = reply["tokens"]
+        return [int(t) for t in tokens]
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"/tokenize reply lacks its tokens: {exc!r}") from None
+
+
+def is_tokenizer_unavailable(reply: Any) -> bool:
+    """Whether a reply is vLLM's refusal to tokenise because it was started with
+    ``--skip-tokenizer-init`` (it then reads token-id prompts only)."""
+    return isinstance(reply, ServerStatusError) and reply.status_code == 400 and "skip_tokenizer_init" in str(reply)
+
+
+def detokenize_call(model: str, tokens: Sequence[int]) -> Call:
+    """Turn token ids back into text."""
+    return ("POST", "/detokenize", {"model": model, "tokens": list(tokens)})
+
+
+def parse_detokenize(reply: Any) -> str:
+    """The text of a ``/detokenize`` reply."""
+    try:
+        text = reply["prompt"]
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"/detokenize reply lacks its text: {exc!r}") from None
+    if not isinstance(text, str):
+        raise ResponseFormatError(f"/detokenize reply's text is {type(text).__name__}")
+    return text
+
+
+# -- /v1/completions and /classify -------------------------------------------------------
+def classify_call(
+    plan: ClassifierPlan, model: str, step: int, prompts: Sequence[Prompt] | Callable[[], Sequence[Prompt]]
+) -> Call:
+    """The request that asks ``step`` of a group of rendered prompts, or of the prompts a
+    function gives, called when the request is sent (see :data:`Call`)."""
+    if callable(prompts):
+        make = prompts
+        method, path, _ = classify_call(plan, model, step, [])
+        return (method, path, lambda: classify_call(plan, model, step, make())[2])
+    if plan.scoring == "head":
+        return ("POST", "/classify", {"model": model, "input": list(prompts)})
+    return ("POST", "completions", completions_body(plan, model, step, prompts))
+
+
+def completions_body(plan: ClassifierPlan, model: str, step: int, prompts: Sequence[Prompt]) -> dict[str, Any]:
+    """The ``/v1/completions`` body asking ``step`` of a group of rendered prompts."""
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": list(prompts),
+        "max_tokens": plan.max_tokens,
+        "temperature": 0.0,
+        "stream": False,
+    }
+    if plan.scoring == "constrained_choice":
+        body["structured_outputs"] = {"choice": list(plan.label_set.labels)}
+        return body
+    allowed = list(plan.steps[step].allowed)
+    body["return_tokens_as_token_ids"] = True
+    if plan.has_logprob_token_ids:
+        # Every answer token's logprob comes back whatever token is sampled, so the sampled
+        # one is not read and not restricted: vLLM's allowed_token_ids costs its engine a
+        # vocabulary-sized mask row per prompt, built on the CPU and copied every step.
+        body["logprobs"] = 1
+        body["logprob_token_ids"] = allowed
+    else:
+        body["allowed_token_ids"] = allowed
+        body["logprobs"] = TOP_LOGPROBS_FALLBACK  # answers outside the top-k get probability 0
+    return body
+
+
+def reply_items(plan: ClassifierPlan, reply: Any) -> dict[int, Any]:
+    """The reply's per-prompt items, by prompt index within the group."""
+    try:
+        items = reply["data" if plan.scoring == "head" else "choices"]
+        return {int(item["index"]): item for item in items}
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"reply lacks its per-prompt items: {exc!r}") from None
+
+
+#: One step's answer for one text: token -> logprob (for a head, class -> probability; under
+#: constrained choice, the chosen label's index -> 0.0).
+Answer = dict[int, float]
+
+
+def parse_item(plan: ClassifierPlan, step: int, item: Any) -> Answer:
+    """One reply item as the step's :data:`Answer`, or a typed error naming the problem."""
+    if plan.scoring == "head":
+        return parse_head(plan, item)
+    if plan.scoring == "constrained_choice":
+        return parse_constrained(plan, item)
+    return parse_choice(plan, step, item)
+
+
+def token_id(token: str) -> int:
+    """The id in a token string of the form ``token_id:123`` (``return_tokens_as_token_ids``)."""
+    return int(token.rpartition(":")[2])
+
+
+def parse_constrained(plan: ClassifierPlan, choice: Any) -> Answer:
+    """A constrained-choice completion: the label it spelt."""
+    try:
+        text = choice["text"]
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"completion choice lacks its text: {exc!r}") from None
+    if not isinstance(text, str):
+        raise ResponseFormatError(f"completion choice's text is {type(text).__name__}")
+    reply = strip_think(text)
+    if reply not in plan.label_set.labels:
+        raise LabelParseError(f"model replied {reply[:80]!r}, which is none of the labels", reply=text)
+    return {plan.label_set.labels.index(reply): 0.0}
+
+
+def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> Answer:
+    """A one-token completion: the logprobs of the step's answer tokens. Asked with
+    ``logprob_token_ids``, those are all there and the sampled token is not read; otherwise
+    the sampled token (limited to the answer tokens) and the top-k are."""
+    allowed = plan.steps[step].allowed
+    try:
+        text = choice["text"]
+        if not isinstance(text, str):
+            raise TypeError(f"choice text is {type(text).__name__}")
+        logprobs = choice["logprobs"]
+        answer = {token_id(k): float(v) for k, v in (logprobs["top_logprobs"][0] or {}).items()}
+        if plan.has_logprob_token_ids:
+            missing = [t for t in allowed if t not in answer]
+            if missing:
+                raise ValueError(f"no logprob for answer tokens {missing[:5]}")
+            return {t: answer[t] for t in allowed}
+        chosen = token_id(logprobs["tokens"][0])
+        answer.setdefault(chosen, float(logprobs["token_logprobs"][0]))
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"completion choice lacks expected fields: {exc!r}") from None
+    if chosen not in allowed:
+        raise LabelParseError(
+            f"model replied token {chosen} ({text!r}), which answers no label "
+            "(the server did not honour allowed_token_ids?)",
+            reply=text,
+        )
+    return answer
+
+
+def parse_head(plan: ClassifierPlan, item: Any) -> Answer:
+    """A ``/classify`` item: class i's probability (class i is label i)."""
+    try:
+        probs = [float(p) for p in item["probs"]]
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"classify item lacks probabilities: {exc!r}") from None
+    labels = plan.label_set.labels
+    if len(probs) != len(labels):
+        raise ResponseFormatError(f"head gave {len(probs)} class probabilities for {len(labels)} labels")
+    if not all(0.0 <= p <= 1.0 for p in probs) or not (plan.label_set.multi_label or sum(probs) > 0):
+        raise ResponseFormatError(f"head gave values that are not probabilities: {probs[:8]}")
+    return dict(enumerate(probs))
+
+
+def combine(plan: ClassifierPlan, answers: Sequence[Answer]) -> Prediction:
+    """A text's prediction from its steps' answers, or a typed error."""
+    try:
+        return plan.combine(answers)
+    except ValueError as exc:
+        raise ResponseFormatError(f"the server's answers give no usable label probabilities: {exc}") from None
+
+
+def parse_num_classes(reply: Any) -> int:
+    """The number of classes of a head model, from a ``/classify`` reply."""
+    try:
+        return int(reply["data"][0]["num_classes"])
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"/classify reply lacks num_classes: {exc!r}") from None
+
+
+def probe_step(plan: ClassifierPlan) -> int:
+    """The step to probe ``logprob_token_ids`` with: the one with the most answer tokens."""
+    return max(range(len(plan.steps)), key=lambda k: len(plan.steps[k].allowed))
+
+
+def probe_has_logprob_token_ids(plan: ClassifierPlan, reply: Any) -> bool:
+    """Whether a probe completion of :func:`probe_step` asked with ``logprob_token_ids`` got
+    every answer token's logprob back (older vLLM ignores the field and returns only the
+    chosen token's)."""
+    try:
+        step: Mapping[str, Any] = reply["choices"][0]["logprobs"]["top_logprobs"][0] or {}
+        got = {token_id(k) for k in step}
+    except _REPLY_ERRORS as exc:
+        raise ResponseFormatError(f"probe completion lacks logprobs: {exc!r}") from None
+    return set(plan.steps[probe_step(plan)].allowed) <= got

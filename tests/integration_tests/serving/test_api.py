@@ -1,0 +1,90 @@
+"""The HTTP service on a real socket in front of the real vLLM server (through the proxy):
+concurrent single-text clients grouped, bad input, an outage mid-load, the key, save/load."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast.serving.api import BackgroundService, create_app
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from tests.support.proxy import Fault, FaultProxy
+
+
+def service_for(classifier: QwenClassifier, **kwargs: Any) -> BackgroundService:
+    return BackgroundService(create_app(classifier, **kwargs))
+
+
+@pytest.fixture
+def classifier(proxy: FaultProxy) -> QwenClassifier:
+    c = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url=proxy.base_url, max_retries=1, retry_deadline=2)
+    c.prepare()
+    return c
+
+
+async def clients(url: str, texts: list[str], **kwargs: Any) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        return list(await asyncio.gather(*(http.post("/v1/classify", json={"input": t}, **kwargs) for t in texts)))
+
+
+def test_concurrent_single_text_clients_are_grouped(proxy: FaultProxy, classifier: QwenClassifier) -> None:
+    texts = headlines(64)
+    with service_for(classifier, max_wait_ms=20) as service:
+        before = len(proxy.calls("/v1/completions"))
+        answers = asyncio.run(clients(service.url, texts))
+        requests = proxy.calls("/v1/completions")[before:]
+    assert all(a.status_code == 200 for a in answers)
+    assert [a.json()["result"]["label"] for a in answers] == [r.label for r in classifier.batch(texts)]
+    assert len(requests) < len(texts) // 4  # one grouped request per burst, not one per client
+    assert sum(len(r.body["prompt"]) for r in requests) == len(texts)
+
+
+def test_bad_input_and_lists(classifier: QwenClassifier) -> None:
+    with service_for(classifier) as service, httpx.Client(base_url=service.url) as http:
+        listed = http.post("/v1/classify", json={"input": ["Goal!", "", "Markets slide"]}).json()["results"]
+        assert [("error" in r) for r in listed] == [False, True, False]
+        assert listed[1]["error"]["type"] == "InvalidInputError"
+        single = http.post("/v1/classify", json={"input": ""})
+        assert single.status_code == 422 and single.json()["error"]["type"] == "InvalidInputError"
+        assert http.get("/health").json() == {"status": "ok"}
+        assert "qwen_fast_requests_total" in http.get("/metrics").text
+
+
+def test_outage_mid_load_every_caller_gets_an_answer_or_a_clear_error(
+    proxy: FaultProxy, classifier: QwenClassifier
+) -> None:
+    texts = headlines(80)
+    with service_for(classifier, max_wait_ms=5, max_group=8) as service:
+        proxy.inject("/v1/completions", *[Fault.reset() for _ in range(6)], *[Fault.http(503) for _ in range(6)])
+        answers = asyncio.run(clients(service.url, texts))
+    assert len(answers) == len(texts)
+    for answer in answers:
+        body = answer.json()
+        if answer.status_code == 200:
+            assert body["result"]["label"] in AG_NEWS_LABELS
+        else:
+            assert answer.status_code in (502, 504) and body["error"]["type"] in (
+                "ServerConnectionError",
+                "ServerStatusError",
+                "ServerTimeoutError",
+            )
+    assert sum(a.status_code == 200 for a in answers) > 0
+
+
+def test_api_key(classifier: QwenClassifier) -> None:
+    with service_for(classifier, api_key="sk-api-3") as service, httpx.Client(base_url=service.url) as http:
+        assert http.post("/v1/classify", json={"input": "x"}).status_code == 401
+        ok = http.post("/v1/classify", json={"input": "x"}, headers={"authorization": "Bearer sk-api-3"})
+        assert ok.status_code == 200 and ok.json()["result"]["label"] in AG_NEWS_LABELS
+
+
+def test_served_from_a_saved_configuration(classifier: QwenClassifier, tmp_path: Path) -> None:
+    loaded = QwenClassifier.load(classifier.save(tmp_path))
+    with service_for(loaded) as service, httpx.Client(base_url=service.url) as http:
+        answer = http.post("/v1/classify", json={"input": "Shares slide"}).json()["result"]
+    assert answer["label"] == classifier.invoke("Shares slide").label

@@ -1,0 +1,386 @@
+"""The accuracy loop on the tiny model, on 2 CPU cores: train (head and SFT), serve what was
+trained with real vLLM servers, check the served probabilities against transformers' own,
+evaluate through ``qwen-fast eval``, calibrate, and serve two LoRA adapters on one server.
+
+The data is generated (:func:`~langchain_qwen_fast.testing.samples.labelled_news`): the label follows
+from the headline's words, and the held-out headlines come from another seed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast.calibration import apply_temperature
+from langchain_qwen_fast.cli import main
+from langchain_qwen_fast.serving.launcher import VLLMServer
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news
+from langchain_qwen_fast.training.data import write_labelled
+from langchain_qwen_fast.training.trainer import (
+    TrainOptions,
+    build_news_model,
+    load_tokenizer,
+    make_task,
+    score,
+    train,
+)
+from tests.integration_tests.conftest import ROOT, record_seconds
+
+LABELS = list(AG_NEWS_LABELS)
+TOPICS = ["politics", "sport", "money", "science"]  # a second label set, for a second adapter
+FINANCE = ["international", "athletics", "finance", "technology"]  # and a third
+PARITY = 1e-2
+
+
+def _held_out() -> list[tuple[str, str]]:
+    seen = {text for text, _ in labelled_news(1200, 0)}
+    return [item for item in labelled_news(400, 1) if item[0] not in seen]
+
+
+def _accuracy(rows: list[list[float]], items: list[tuple[str, str]], labels: list[str]) -> float:
+    return sum(labels[row.index(max(row))] == y for row, (_, y) in zip(rows, items)) / len(items)
+
+
+def _task(method: str, model_dir: Path, labels: list[str] = LABELS) -> Any:
+    options = TrainOptions(method=method, base_model=str(model_dir), out=str(model_dir))  # type: ignore[arg-type]
+    return make_task(options, labels, load_tokenizer(str(model_dir)))
+
+
+def _renamed(items: list[tuple[str, str]], names: list[str]) -> list[tuple[str, str]]:
+    return [(text, names[LABELS.index(label)]) for text, label in items]
+
+
+@pytest.fixture(scope="module")
+def held_out() -> list[tuple[str, str]]:
+    return _held_out()
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("training")
+
+
+@pytest.fixture(scope="module")
+def head_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, Any]]:
+    options = TrainOptions(
+        method="head", base_model=str(tiny_model), out=str(work / "head"), learning_rate=1e-3, progress=False
+    )
+    report = train(labelled_news(1200, 0), LABELS, options)
+    record_seconds("train head (1,200 headlines)", report["train_seconds"])
+    return work / "head", report
+
+
+@pytest.fixture(scope="module")
+def head_generate_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, Any]]:
+    """A head trained on the classifier's prompt, written into a causal LM's output layer."""
+    options = TrainOptions(
+        method="head",
+        base_model=str(tiny_model),
+        out=str(work / "head-generate"),
+        export="generate",
+        learning_rate=1e-3,
+        progress=False,
+    )
+    report = train(labelled_news(1200, 0), LABELS, options)
+    record_seconds("train head for the generate runner (1,200 headlines)", report["train_seconds"])
+    return work / "head-generate", report
+
+
+@pytest.fixture(scope="module")
+def sft_model(tiny_model: Path) -> tuple[Path, dict[str, Any]]:
+    """The quickstart's stand-in: the tiny model, SFT-trained on generated headlines, merged."""
+    out = ROOT / ".models" / "qwen3-tiny-news"
+    summary = build_news_model(out, tiny_model)
+    record_seconds("train sft stand-in (1,200 headlines), cached after the first build", summary["seconds"])
+    return out, summary
+
+
+@pytest.fixture(scope="module")
+def adapters(sft_model: tuple[Path, dict[str, Any]], work: Path) -> dict[str, Path]:
+    """Two LoRA adapters on the stand-in, each for its own label set."""
+    made = {}
+    for name, names in (("topics", TOPICS), ("finance", FINANCE)):
+        options = TrainOptions(
+            method="sft",
+            base_model=str(sft_model[0]),
+            out=str(work / name),
+            export="adapter",
+            served_model_name=name,
+            learning_rate=2e-3,
+            progress=False,
+        )
+        report = train(_renamed(labelled_news(1200, 0), names), names, options)
+        record_seconds(f"train sft adapter {name!r}", report["train_seconds"])
+        made[name] = work / name
+    return made
+
+
+class OneServerAtATime:
+    """Starts the server a test asks for and stops the one before: with the session's own
+    servers up, three more at once would crowd 2 cores and 24 GiB. Tests using the same
+    server sit together in this file."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.server: VLLMServer | None = None
+
+    def url(self, key: str, model: Path, what: str, **settings: Any) -> str:
+        if self.key != key or self.server is None:
+            self.close()
+            log = ROOT / "out" / f"test-{key}-server.log"
+            self.server = VLLMServer(model, profile="cpu", log_path=log, **settings).start()
+            self.key = key
+            record_seconds(f"vLLM start-up, {what}", self.server.startup_seconds or 0.0)
+        return self.server.base_url
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.server, self.key = None, None
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[OneServerAtATime]:
+    one = OneServerAtATime()
+    yield one
+    one.close()
+
+
+@pytest.fixture
+def head_url(servers: OneServerAtATime, head_model: tuple[Path, dict[str, Any]]) -> str:
+    return servers.url("trained-head", head_model[0], "trained head", served_model_name="news-head")
+
+
+@pytest.fixture
+def head_generate_url(servers: OneServerAtATime, head_generate_model: tuple[Path, dict[str, Any]]) -> str:
+    return servers.url("head-generate", head_generate_model[0], "head for the generate runner")
+
+
+@pytest.fixture
+def lora_url(servers: OneServerAtATime, sft_model: tuple[Path, dict[str, Any]], adapters: dict[str, Path]) -> str:
+    """The SFT stand-in as ``qwen3`` and both adapters beside it, on one server."""
+    return servers.url("lora", sft_model[0], "SFT model + 2 LoRA adapters", lora=adapters)
+
+
+# -- learning, on CPU --------------------------------------------------------------------------
+def test_head_training_learns_from_chance(
+    tiny_model: Path, head_model: tuple[Path, dict[str, Any]], held_out: list[tuple[str, str]]
+) -> None:
+    path, report = head_model
+    texts = [t for t, _ in held_out]
+    task = _task("head", tiny_model)
+    before = _accuracy(score(task, task.load(str(tiny_model)), texts), held_out, LABELS)
+    from transformers import AutoModelForSequenceClassification
+
+    after = _accuracy(score(task, AutoModelForSequenceClassification.from_pretrained(path), texts), held_out, LABELS)
+    assert before < 0.45  # four balanced classes: chance is 0.25
+    assert after >= 0.95
+    assert report["validation_macro_f1"] >= 0.95 and report["finished"]
+    assert [h["epoch"] for h in report["history"]] == list(range(1, len(report["history"]) + 1))
+    assert not (path / "checkpoints").exists()  # finished: the checkpoint is gone
+
+
+def test_sft_training_learns_from_chance(
+    tiny_model: Path, sft_model: tuple[Path, dict[str, Any]], held_out: list[tuple[str, str]]
+) -> None:
+    path, summary = sft_model
+    texts = [t for t, _ in held_out]
+    from transformers import AutoModelForCausalLM
+
+    task = make_task(
+        TrainOptions(method="sft", base_model=str(tiny_model), out=str(path)), LABELS, load_tokenizer(str(path))
+    )
+    before = _accuracy(score(task, AutoModelForCausalLM.from_pretrained(tiny_model), texts), held_out, LABELS)
+    after = _accuracy(score(task, AutoModelForCausalLM.from_pretrained(path), texts), held_out, LABELS)
+    assert before < 0.45
+    assert after >= 0.95
+    assert summary["held_out_accuracy"] >= 0.95
+    saved = json.loads((path / "classifier.json").read_text())["config"]
+    assert saved["labels"] == LABELS and saved["mode"] == "generate"
+
+
+def test_a_lora_head_learns_exports_merged_and_stops_early(
+    tiny_model: Path, work: Path, held_out: list[tuple[str, str]]
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    options = TrainOptions(
+        method="head",
+        base_model=str(tiny_model),
+        out=str(work / "lora-head"),
+        lora=True,
+        learning_rate=3e-3,
+        epochs=6,
+        patience=1,
+        progress=False,
+    )
+    report = train(labelled_news(1200, 0), LABELS, options)
+    record_seconds("train head with LoRA (1,200 headlines)", report["train_seconds"])
+    history = report["history"]
+    # Early stopping: it ran until one epoch brought no better macro-F1 (or the epochs ran out).
+    assert len(history) == min(options.epochs, report["best_epoch"] + options.patience)
+    model = AutoModelForSequenceClassification.from_pretrained(work / "lora-head")  # merged: a plain checkpoint
+    assert not any("lora" in name for name, _ in model.named_parameters())
+    rows = score(_task("head", work / "lora-head"), model, [t for t, _ in held_out])
+    assert _accuracy(rows, held_out, LABELS) >= 0.9
+
+
+def test_resumed_training_equals_an_uninterrupted_run(tiny_model: Path, work: Path) -> None:
+    items = labelled_news(240, 5)
+
+    def options(out: str, **changes: Any) -> TrainOptions:
+        settings: dict[str, Any] = dict(
+            method="sft", base_model=str(tiny_model), epochs=2, learning_rate=2e-3, val_fraction=0.2, progress=False
+        )
+        return TrainOptions(out=str(work / out), **{**settings, **changes})
+
+    whole = train(items, LABELS, options("whole"))
+    steps_per_epoch = whole["history"][0]["step"]
+    first = train(items, LABELS, options("parts", max_steps=steps_per_epoch))
+    assert not first["finished"] and (work / "parts" / "checkpoints" / "last.pt").is_file()
+    lines: list[str] = []
+    second = train(items, LABELS, options("parts", resume=True), log=lines.append)
+    assert any("resumed" in line for line in lines)
+    assert second["finished"] and [h["epoch"] for h in second["history"]] == [1, 2]
+    assert second["history"][1]["loss"] == pytest.approx(whole["history"][1]["loss"], rel=1e-4)
+    assert second["history"][1]["macro_f1"] == pytest.approx(whole["history"][1]["macro_f1"])
+    train(items[:200], LABELS, options("parts2", max_steps=10))  # 160 training items: one epoch
+    assert (work / "parts2" / "checkpoints" / "last.pt").is_file()
+    with pytest.raises(ValueError, match="another run"):  # other data: not this checkpoint's run
+        train(items, LABELS, options("parts2", resume=True))
+
+
+# -- served models: accuracy through qwen-fast eval, and parity with transformers ---------------
+def _eval(path: Path, base_url: str, classifier: Path, out: Path, *extra: str) -> dict[str, Any]:
+    assert main(["eval", str(path), "--classifier", str(classifier), "--base-url", base_url, "--out", str(out),
+                 "--latency-samples", "3", "--bootstrap", "200", *extra]) == 0  # fmt: skip
+    return json.loads((out / "report.json").read_text())
+
+
+def test_served_head_scores_its_accuracy_through_eval(
+    head_model: tuple[Path, dict[str, Any]], head_url: str, held_out: list[tuple[str, str]], work: Path
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    path = head_model[0]
+    data = write_labelled(work / "held-out.csv", held_out)
+    report = _eval(data, head_url, path, work / "eval-head", "--model", "news-head")
+    task = make_task(
+        TrainOptions(method="head", base_model=str(path), out=str(path)), LABELS, load_tokenizer(str(path))
+    )
+    local = score(task, AutoModelForSequenceClassification.from_pretrained(path), [t for t, _ in held_out])
+    assert report["failed"] == 0 and report["accuracy"] >= 0.95
+    assert report["accuracy"] == pytest.approx(_accuracy(local, held_out, LABELS), abs=1 / len(held_out))
+    low, high = report["intervals_95"]["accuracy"]
+    assert low <= report["accuracy"] <= high
+
+
+def test_served_head_probabilities_match_transformers(head_model: tuple[Path, dict[str, Any]], head_url: str) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    path = head_model[0]
+    texts = [t for t, _ in labelled_news(200, 9)]
+    classifier = QwenClassifier.load(path, base_url=head_url, model="news-head")
+    assert classifier.mode == "head" and classifier.label_names == LABELS
+    served = classifier.batch(texts)
+    task = make_task(
+        TrainOptions(method="head", base_model=str(path), out=str(path)), LABELS, load_tokenizer(str(path))
+    )
+    local = score(task, AutoModelForSequenceClassification.from_pretrained(path), texts)
+    worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(LABELS))
+    assert worst <= PARITY
+
+
+def test_a_head_served_by_the_generate_runner_scores_as_trained(
+    head_generate_model: tuple[Path, dict[str, Any]], head_generate_url: str, held_out: list[tuple[str, str]]
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    path, report = head_generate_model
+    texts = [t for t, _ in held_out]
+    classifier = QwenClassifier.load(path, base_url=head_generate_url)
+    assert classifier.mode == "generate" and classifier.prepare().scoring == "label_tokens"
+    served = classifier.batch(texts)
+    local = score(_task("sft", path), AutoModelForCausalLM.from_pretrained(path), texts)
+    worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(LABELS))
+    assert worst <= PARITY
+    assert report["validation_macro_f1"] >= 0.95
+    assert sum(r.label == y for r, (_, y) in zip(served, held_out)) / len(held_out) >= 0.95
+
+
+@pytest.mark.parametrize("adapter", [None, "topics"])
+def test_served_sft_scores_match_transformers(
+    sft_model: tuple[Path, dict[str, Any]], adapters: dict[str, Path], lora_url: str, adapter: str | None
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    base = sft_model[0]
+    labels = TOPICS if adapter else LABELS
+    texts = [t for t, _ in labelled_news(200, 9)]
+    classifier = QwenClassifier.load(adapters[adapter] if adapter else base, base_url=lora_url)
+    assert classifier.model == (adapter or "qwen3") and classifier.label_names == labels
+    served = classifier.batch(texts)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapters[adapter])
+    task = _task("sft", base, labels)
+    local = score(task, model, texts)
+    worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(labels))
+    assert worst <= PARITY
+
+
+def test_served_sft_scores_its_accuracy_through_eval(
+    sft_model: tuple[Path, dict[str, Any]], lora_url: str, held_out: list[tuple[str, str]], work: Path
+) -> None:
+    path, summary = sft_model
+    data = write_labelled(work / "held-out-sft.csv", held_out)
+    report = _eval(data, lora_url, path, work / "eval-sft")
+    assert report["failed"] == 0 and report["accuracy"] >= 0.95
+    assert report["accuracy"] == pytest.approx(summary["held_out_accuracy"], abs=0.01)
+
+
+def test_two_adapters_answer_side_by_side_on_one_server(
+    adapters: dict[str, Path], lora_url: str, held_out: list[tuple[str, str]]
+) -> None:
+    texts = [t for t, _ in held_out]
+    accuracy = {}
+    for name, names in (("topics", TOPICS), ("finance", FINANCE)):
+        classifier = QwenClassifier.load(adapters[name], base_url=lora_url)
+        results = classifier.batch(texts)
+        accuracy[name] = sum(r.label == y for r, (_, y) in zip(results, _renamed(held_out, names))) / len(texts)
+    # The base model, asked with an adapter's labels, never learnt them.
+    base = QwenClassifier(labels=TOPICS, base_url=lora_url, model="qwen3").batch(texts)
+    base_accuracy = sum(r.label == y for r, (_, y) in zip(base, _renamed(held_out, TOPICS))) / len(texts)
+    assert accuracy["topics"] >= 0.95 and accuracy["finance"] >= 0.95
+    assert base_accuracy < accuracy["topics"] - 0.2
+
+
+# -- calibration on a served model --------------------------------------------------------------
+def test_calibrate_saves_a_temperature_the_classifier_applies(
+    sft_model: tuple[Path, dict[str, Any]], lora_url: str, work: Path
+) -> None:
+    saved = work / "calibrated" / "classifier.json"
+    saved.parent.mkdir()
+    shutil.copyfile(sft_model[0] / "classifier.json", saved)
+    data = write_labelled(work / "validation.csv", labelled_news(400, 3))
+    out = work / "eval-calibrated"
+    report = _eval(data, lora_url, saved, out, "--calibrate", "--target-accuracy", "0.99", "--save-calibration")
+    fitted = report["calibration"]
+    assert fitted["after"]["nll"] <= fitted["before"]["nll"]
+    assert fitted["after"]["ece"] < fitted["before"]["ece"]
+    assert (out / "reliability.png").stat().st_size > 0 and (out / "coverage.png").stat().st_size > 0
+    calibrated = QwenClassifier.load(saved, base_url=lora_url)
+    assert calibrated.temperature == pytest.approx(fitted["temperature"])
+    if fitted["abstain_below"] is not None:
+        assert calibrated.abstain_below == pytest.approx(fitted["abstain_below"])
+    raw = QwenClassifier.load(sft_model[0], base_url=lora_url)
+    text = "Stocks rally as the central bank signals rate cuts"
+    expected = apply_temperature(list(raw.invoke(text).scores.values()), fitted["temperature"])
+    assert list(calibrated.invoke(text).scores.values()) == pytest.approx(expected, abs=1e-6)

@@ -1,0 +1,105 @@
+"""Client processes: shares, merging, dead workers, errors crossing processes, what may travel."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+import httpx
+import pytest
+
+from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast._core.processes import MIN_ITEMS_PER_PROCESS, ClientProcesses, merge, processes_for, shares
+from langchain_qwen_fast.caches import InMemoryCache
+from langchain_qwen_fast.errors import ContextLengthError, LabelParseError, QwenFastError, ServerStatusError
+from tests.support.echo_worker import DIE_ON, EchoClassifier
+
+
+def test_shares_cover_every_item_once_in_order() -> None:
+    for count in (0, 1, 7, 1024, 4099):
+        for processes in (2, 3, 8):
+            spans = shares(count, processes)
+            assert len(spans) == processes
+            assert [i for span in spans for i in span] == list(range(count))
+            assert max(map(len, spans)) - min(map(len, spans)) <= 1
+
+
+def test_small_batches_stay_in_this_process() -> None:
+    assert processes_for(MIN_ITEMS_PER_PROCESS * 2 - 1, 4) == 1
+    assert processes_for(MIN_ITEMS_PER_PROCESS * 2, 4) == 2
+    assert processes_for(MIN_ITEMS_PER_PROCESS * 100, 4) == 4
+
+
+def test_merge_marks_a_lost_share() -> None:
+    results, lost = merge(5, [["a", "b", "c"], None])
+    assert results == ["a", "b", "c", None, None]
+    assert lost == [3, 4]
+    results, lost = merge(5, [["a", "b"], ["c", "d"]])  # a short share counts as lost, never shifts
+    assert lost == [0, 1, 2] and results == [None, None, None, "c", "d"]
+
+
+async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
+    """One pool's life (each worker spawn costs seconds, so one test): shares answered in
+    order with the load shared out; workers killed between batches replaced; a worker dying
+    mid-batch losing only its share; the pool usable again after."""
+    import multiprocessing
+    import signal
+    import time
+
+    pool = ClientProcesses(EchoClassifier, {}, processes=2)
+    try:
+        texts = [f"t{i}" for i in range(11)]
+        results, lost = merge(len(texts), pool.classify(texts, in_flight=9, parts=2))
+        assert lost == [] and [text for _, text, _ in results] == texts
+        assert {in_flight for _, _, in_flight in results} == {5}  # 9 in flight shared out
+        first = {pid for pid, _, _ in results}
+        assert os.getpid() not in first
+
+        for worker in multiprocessing.active_children():
+            os.kill(worker.pid or 0, signal.SIGKILL)
+        time.sleep(0.5)  # the pool's manager thread sees them die and marks the pool broken
+        results, lost = merge(4, pool.classify(["a", "b", "c", "d"], in_flight=2, parts=2))
+        assert lost == [] and [text for _, text, _ in results] == ["a", "b", "c", "d"]
+        assert not {pid for pid, _, _ in results} & first  # a fresh pool
+
+        dying = ["a", "b", "c", DIE_ON, "e", "f"]
+        outcomes = await pool.aclassify(dying, in_flight=4, parts=2)
+        assert outcomes[1] is None
+        results, lost = merge(len(dying), outcomes)
+        assert lost[-3:] == [3, 4, 5]  # the other share may have been lost with the pool
+        again = pool.classify(["x"] * 4, in_flight=2, parts=2)
+        assert [[text for _, text, _ in share or []] for share in again] == [["x", "x"], ["x", "x"]]
+    finally:
+        pool.close()
+
+
+def test_repr_shows_no_configuration() -> None:
+    pool = ClientProcesses(EchoClassifier, {"api_key": "sk-secret"}, processes=2)
+    assert "sk-secret" not in repr(pool) and "api_key" not in repr(pool)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        QwenFastError("plain"),
+        ContextLengthError("too long", tokens=9000, limit=4000),
+        ServerStatusError("busy", status_code=503, retry_after=1.5),
+        LabelParseError("no label", reply="maybe"),
+    ],
+)
+def test_errors_cross_processes_whole(error: QwenFastError) -> None:
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) and back.__dict__ == error.__dict__
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"cache": InMemoryCache()},
+        {"http_transport": httpx.MockTransport(lambda r: httpx.Response(200))},
+    ],
+)
+def test_what_cannot_travel_is_refused(extra: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=f"client_processes=2 .* {next(iter(extra))} cannot go"):
+        QwenClassifier(labels=["a", "b"], base_url="http://127.0.0.1:9/v1", client_processes=2, **extra)

@@ -1,0 +1,97 @@
+"""The HTTP service over the canned vLLM (ASGI in process, no sockets): answers, per-item
+errors, micro-batching, the API key, metrics and the OpenAPI schema."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast.serving.api import create_app
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from tests.support.fake_vllm import FakeVLLM, status
+
+LABELS = list(AG_NEWS_LABELS)
+
+
+def service(fake: FakeVLLM, **kwargs: Any) -> tuple[QwenClassifier, httpx.AsyncClient]:
+    classifier = QwenClassifier(
+        labels=LABELS, base_url="http://vllm.test/v1", http_transport=fake.transport, max_retries=0
+    )
+    app = create_app(classifier, **kwargs)
+    return classifier, httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test")
+
+
+async def test_one_text_and_a_list_with_a_bad_item() -> None:
+    fake = FakeVLLM()
+    classifier, client = service(fake)
+    one = await client.post("/v1/classify", json={"input": "Stocks rally"})
+    assert one.status_code == 200
+    assert one.json()["result"] == classifier.invoke("Stocks rally").model_dump(mode="json", exclude_none=True)
+    many = await client.post("/v1/classify", json={"input": ["Goal!", "", "Shares slide"]})
+    results = many.json()["results"]
+    assert many.status_code == 200 and [r.get("label") is not None for r in results] == [True, False, True]
+    assert results[1]["error"]["type"] == "InvalidInputError"
+    bad = await client.post("/v1/classify", json={"input": "   "})
+    assert bad.status_code == 422 and bad.json()["error"]["type"] == "InvalidInputError"
+
+
+async def test_single_texts_arriving_together_share_one_request() -> None:
+    fake = FakeVLLM()
+    classifier, client = service(fake, max_wait_ms=50, max_group=64)
+    classifier.prepare()
+    before = len(fake.calls("/v1/completions"))
+    texts = headlines(40)
+    answers = await asyncio.gather(*(client.post("/v1/classify", json={"input": t}) for t in texts))
+    sent = fake.calls("/v1/completions")[before:]
+    assert len(sent) <= 3 < len(texts)  # grouped, not one request per client
+    assert sum(len(r.body["prompt"]) for r in sent) == len(texts)
+    assert [a.json()["result"]["label"] for a in answers] == [r.label for r in classifier.batch(texts)]
+
+
+async def test_a_server_failure_reaches_every_caller_as_json() -> None:
+    fake = FakeVLLM()
+    classifier, client = service(fake, max_wait_ms=20)
+    classifier.prepare()
+    fake.fail("/v1/completions", status(503, message="overloaded"))
+    answers = await asyncio.gather(*(client.post("/v1/classify", json={"input": t}) for t in headlines(5)))
+    assert {a.status_code for a in answers} == {502}
+    assert all(a.json()["error"]["type"] == "ServerStatusError" and "overloaded" in a.json()["error"]["message"]
+               for a in answers)  # fmt: skip
+
+
+async def test_api_key_guards_classify_and_metrics() -> None:
+    _, client = service(FakeVLLM(), api_key="sk-service-7")
+    assert (await client.post("/v1/classify", json={"input": "x"})).status_code == 401
+    assert (await client.get("/metrics")).status_code == 401
+    wrong = await client.post("/v1/classify", json={"input": "x"}, headers={"authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and "sk-service-7" not in wrong.text
+    ok = await client.post("/v1/classify", json={"input": "x"}, headers={"authorization": "Bearer sk-service-7"})
+    assert ok.status_code == 200
+    assert (await client.get("/health")).json() == {"status": "ok"}
+
+
+async def test_metrics_count_requests_groups_and_errors() -> None:
+    _, client = service(FakeVLLM())
+    await client.post("/v1/classify", json={"input": ["a", "", "b"]})
+    await client.post("/v1/classify", json={"input": "c"})
+    text = (await client.get("/metrics")).text
+    assert 'qwen_fast_requests_total{kind="list",status="200"} 1.0' in text
+    assert 'qwen_fast_requests_total{kind="single",status="200"} 1.0' in text
+    assert 'qwen_fast_item_errors_total{type="InvalidInputError"} 1.0' in text
+    assert "qwen_fast_group_size_count 2.0" in text and "qwen_fast_request_seconds_bucket" in text
+
+
+async def test_openapi_documents_the_route() -> None:
+    _, client = service(FakeVLLM())
+    schema = (await client.get("/openapi.json")).json()
+    assert "/v1/classify" in schema["paths"] and "World" in schema["info"]["description"]
+
+
+@pytest.mark.parametrize("body", [{}, {"input": 3}, {"text": "x"}])
+async def test_malformed_bodies_are_rejected(body: dict[str, Any]) -> None:
+    _, client = service(FakeVLLM())
+    assert (await client.post("/v1/classify", json=body)).status_code == 422

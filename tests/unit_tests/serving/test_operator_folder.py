@@ -1,0 +1,79 @@
+"""``server/`` (the operator's folder) says what the launcher does: its command lines and the
+Kubernetes manifest carry exactly each profile's flags."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from langchain_qwen_fast.serving import VLLMServer
+
+ROOT = Path(__file__).resolve().parents[3]
+SERVER_DIR = ROOT / "server"
+
+
+def launcher_flags(profile: str, host: str = "127.0.0.1") -> list[str]:
+    """The launcher's command for Qwen/Qwen3-0.6B on port 8000, after the model argument."""
+    command = VLLMServer("Qwen/Qwen3-0.6B", profile=profile, host=host, port=8000).command()  # type: ignore[arg-type]
+    return command[command.index("--model") + 2 :]
+
+
+def readme_commands() -> dict[str, list[str]]:
+    text = (SERVER_DIR / "README.md").read_text()
+    commands = {}
+    for profile, block in re.findall(r"## Profile `(\w+)`.*?```bash\n(.*?)```", text, re.DOTALL):
+        commands[profile] = shlex.split(block.replace("\\\n", " "))
+    return commands
+
+
+@pytest.mark.parametrize("profile", ["gpu", "cpu", "default"])
+def test_readme_command_line_is_the_launchers(profile: str) -> None:
+    words = readme_commands()[profile]
+    env = [w for w in words if re.fullmatch(r"[A-Z_]+=\S*", w)]
+    words = words[len(env) :]
+    assert words[:3] == ["vllm", "serve", "Qwen/Qwen3-0.6B"]
+    assert words[3:] == launcher_flags(profile)
+    from langchain_qwen_fast.serving import PROFILES
+
+    assert dict(e.split("=", 1) for e in env) == dict(PROFILES[profile].env)
+
+
+def test_every_gpu_flag_has_its_reason() -> None:
+    text = (SERVER_DIR / "README.md").read_text()
+    table = text.split("| flag | why |")[1].split("\n\n")[0]
+    first_columns = [row.split("|")[1] for row in table.strip().splitlines()[1:]]
+    documented = {flag for column in first_columns for flag in re.findall(r"--[a-z-]+", column)}
+    assert {f for f in launcher_flags("gpu") if f.startswith("--")} <= documented
+
+
+def test_kubernetes_manifest_runs_the_gpu_profile() -> None:
+    deployment = next(d for d in yaml.safe_load_all((SERVER_DIR / "deploy" / "kubernetes.yaml").read_text()))
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["--model", "Qwen/Qwen3-0.6B"]
+    assert args[2:] == launcher_flags("gpu", host="0.0.0.0")
+
+
+def test_gpu_flag_file_names_known_profiles() -> None:
+    import json
+
+    from langchain_qwen_fast.serving import PROFILES
+
+    for name, entry in json.loads((SERVER_DIR / "gpu_flags.json").read_text()).items():
+        assert entry.get("profile", "gpu") in PROFILES, name
+        for flag in entry.get("drop", []):
+            assert flag in PROFILES[entry.get("profile", "gpu")].args, (name, flag)
+
+
+def test_latency_variants_drop_only_flags_the_gpu_profile_has() -> None:
+    import json
+
+    from langchain_qwen_fast.serving import PROFILES
+
+    for name, entry in json.loads((SERVER_DIR / "latency_variants.json").read_text()).items():
+        assert set(entry) <= {"flags", "drop", "env", "torch_profile", "startup_timeout"}, name
+        for flag in entry.get("drop", []):
+            assert flag in PROFILES["gpu"].args, (name, flag)
