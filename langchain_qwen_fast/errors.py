@@ -79,3 +79,19 @@ class LabelParseError(QwenFastError):
     def __init__(self, message: str, *, reply: str) -> None:
         super().__init__(message)
         self.reply = reply
+
+
+class ConfigurationError(QwenFastError, ValueError):
+    """Options that cannot work, or cannot work together (named in the message); nothing was run."""
+
+
+class DataFileError(QwenFastError, ValueError):
+    """A data file cannot be read as asked: missing, an unknown format or column, a bad row."""
+
+
+class MissingDependencyError(QwenFastError, ImportError):
+    """A tool needs an optional extra that is not installed; the message names the extra."""
+
+
+class ServerStartError(QwenFastError, RuntimeError):
+    """A server (vLLM, the router or the MPS daemon) exited or did not become healthy in time."""

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_qwen_fast.errors import ServerStartError
+
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 ProfileName = Literal["auto", "cpu", "gpu", "default"]
 
@@ -147,10 +149,6 @@ def profile_args(args: Sequence[str], extra_args: Sequence[str]) -> list[str]:
     """A profile's flags as they go with ``extra_args``: without those that need the
     server's tokenizer when the extra flags skip it."""
     return drop_flags(args, _NEEDS_TOKENIZER) if SKIP_TOKENIZER in extra_args else list(args)
-
-
-class ServerStartError(RuntimeError):
-    """The vLLM server did not become healthy; the message carries its log's tail."""
 
 
 def has_gpu() -> bool:
