@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
     from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool, label_edge
 
-# Imported on first use: LangChain and the OpenAI client take seconds to import, and a
+# Imported on first use: LangChain and the OpenAI client are slow to import, and a
 # `qwen-fast serve`, a client worker process or `import langchain_qwen_fast.errors` need none.
 _LAZY = {
     "ChatQwenFast": "langchain_qwen_fast.chat_models",

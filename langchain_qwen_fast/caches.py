@@ -9,6 +9,7 @@ so a changed configuration can never hit an old entry. Off by default:
 
 from __future__ import annotations
 
+import abc
 import json
 import sqlite3
 import threading
@@ -17,9 +18,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from langchain_qwen_fast.errors import ConfigurationError
 
-class ClassificationCache:
-    """Base class: ``lookup`` and ``update`` by key, with hit and miss counts."""
+
+class ClassificationCache(abc.ABC):
+    """Base class: ``lookup`` and ``update`` by key, with hit and miss counts. A cache of its
+    own defines ``_get``, ``_put`` and ``_clear``."""
 
     def __init__(self) -> None:
         self.hits = 0
@@ -50,14 +54,17 @@ class ClassificationCache:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(hits={self.hits}, misses={self.misses})"
 
+    @abc.abstractmethod
     def _get(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        raise NotImplementedError
+        """The stored values of those ``keys`` that are stored."""
 
+    @abc.abstractmethod
     def _put(self, values: Mapping[str, dict[str, Any]]) -> None:
-        raise NotImplementedError
+        """Store ``values`` by key."""
 
+    @abc.abstractmethod
     def _clear(self) -> None:
-        raise NotImplementedError
+        """Drop every entry."""
 
 
 class InMemoryCache(ClassificationCache):
@@ -70,7 +77,7 @@ class InMemoryCache(ClassificationCache):
     def __init__(self, maxsize: int = 100_000) -> None:
         super().__init__()
         if maxsize < 1:
-            raise ValueError("maxsize must be at least 1")
+            raise ConfigurationError("maxsize must be at least 1")
         self.maxsize = maxsize
         self._entries: OrderedDict[str, dict[str, Any]] = OrderedDict()
 

@@ -14,6 +14,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
+
 #: log-temperatures searched by :func:`fit_temperature` (T from 1/50 to 50)
 _LOG_T_BOUNDS = (-math.log(50.0), math.log(50.0))
 _FLOOR = 1e-12  # probabilities are clipped here before logs
@@ -24,7 +26,7 @@ def apply_temperature(scores: Sequence[float], temperature: float, multi_label: 
     distribution (labels at 0 stay 0), each label's ``sigmoid(logit(p) / T)`` for independent
     multi-label probabilities. ``T > 1`` softens, ``T < 1`` sharpens, ``T = 1`` is the identity."""
     if temperature <= 0 or not math.isfinite(temperature):
-        raise ValueError(f"temperature must be a positive number, got {temperature}")
+        raise ConfigurationError(f"temperature must be a positive number, got {temperature}")
     if temperature == 1.0:
         return list(scores)
     if multi_label:
@@ -39,7 +41,7 @@ def apply_temperature(scores: Sequence[float], temperature: float, multi_label: 
     logs = [math.log(p) / temperature if p > 0 else -math.inf for p in scores]
     top = max(logs)
     if top == -math.inf:
-        raise ValueError("no score is positive")
+        raise InvalidInputError("no score is positive")
     weights = [math.exp(v - top) for v in logs]
     total = sum(weights)
     return [w / total for w in weights]
@@ -58,7 +60,7 @@ def fit_temperature(scores: Sequence[Sequence[float]], truth: Sequence[int]) -> 
     row of ``scores``: a single-label distribution; ``truth``: the true label's index). The
     likelihood is convex in ``1/T``, so a bounded scalar search finds the minimum."""
     if not truth:
-        raise ValueError("fitting a temperature needs at least one labelled item")
+        raise InvalidInputError("fitting a temperature needs at least one labelled item")
     from scipy.optimize import minimize_scalar
 
     rows = [[max(p, _FLOOR) for p in row] for row in scores]
@@ -107,7 +109,7 @@ def expected_calibration_error(confidences: Sequence[float], correct: Sequence[b
     """ECE: the count-weighted mean gap between confidence and accuracy over the bins."""
     n = len(confidences)
     if n == 0:
-        raise ValueError("no items")
+        raise InvalidInputError("no items")
     return sum(b.count * abs(b.accuracy - b.mean_confidence) for b in reliability_bins(confidences, correct, bins)) / n
 
 
@@ -132,7 +134,7 @@ def abstain_threshold(
     (threshold, coverage, accuracy): the most coverage at that accuracy. None when no
     threshold reaches it."""
     if not 0.0 < target_accuracy <= 1.0:
-        raise ValueError(f"target accuracy must be within (0, 1], got {target_accuracy}")
+        raise ConfigurationError(f"target accuracy must be within (0, 1], got {target_accuracy}")
     reached = [point for point in coverage_curve(confidences, correct) if point[2] >= target_accuracy]
     return max(reached, key=lambda point: point[1]) if reached else None
 
@@ -150,7 +152,7 @@ def bootstrap_interval(
     with replacement ``resamples`` times, reproducibly from ``seed``."""
     n = len(truth)
     if n == 0:
-        raise ValueError("no items")
+        raise InvalidInputError("no items")
     index = {label: k for k, label in enumerate(labels)}
     k = len(labels)
     gold = [index.get(t, -1) for t in truth]

@@ -1,22 +1,40 @@
-"""What a classifier takes and what it gives back: the input type and ``Classification``."""
+"""What a classifier takes and what it gives back: the input type and ``Classification``.
+
+Imports no LangChain, so the client core (``_core``) can build results without it: LangChain's
+message types are imported only for an input that is neither text nor a dict (only LangChain
+code makes prompt values and messages), and :data:`ClassifierInput` on first use.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from langchain_core.messages import BaseMessage
-from langchain_core.prompt_values import PromptValue
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_qwen_fast._core.prompting import Scoring
 from langchain_qwen_fast.errors import InvalidInputError
 
-#: What a classifier accepts: the text, a dict with a ``"text"`` key, a prompt value or a
-#: list of messages (their texts are joined).
-ClassifierInput = str | Mapping[str, Any] | PromptValue | Sequence[BaseMessage]
+if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
+    from langchain_core.prompt_values import PromptValue
 
-#: How a label was read from the server.
-Scoring = Literal["label_tokens", "label_sequences", "yes_no", "constrained_choice", "head"]
+    #: What a classifier accepts: the text, a dict with a ``"text"`` key, a prompt value or a
+    #: list of messages (their texts are joined).
+    ClassifierInput: TypeAlias = str | Mapping[str, Any] | PromptValue | Sequence[BaseMessage]
+
+
+def __getattr__(name: str) -> object:
+    # ClassifierInput names LangChain's types: it is built (and LangChain imported) when first
+    # asked for, by the LangChain-facing modules that annotate with it.
+    if name != "ClassifierInput":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from langchain_core.messages import BaseMessage
+    from langchain_core.prompt_values import PromptValue
+
+    value = str | Mapping[str, Any] | PromptValue | Sequence[BaseMessage]
+    globals()[name] = value
+    return value
 
 
 class Classification(BaseModel):
@@ -74,14 +92,30 @@ def validate_text(value: Any) -> str:
 
 def text_of(value: Any) -> str:
     """The text to classify from any accepted input shape, or :class:`InvalidInputError`."""
+    if isinstance(value, str):
+        return validate_text(value)
     if isinstance(value, Mapping):
         if "text" not in value:
             raise InvalidInputError(f"dict input needs a 'text' key; got keys {sorted(map(str, value))}")
         value = value["text"]
-    elif isinstance(value, PromptValue):
-        value = value.to_messages()
+    else:
+        value = _prompt_messages(value)
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
-        if not value or not all(isinstance(m, BaseMessage) for m in value):
-            raise InvalidInputError("expected text, a dict with 'text', a prompt value or messages")
-        value = "\n\n".join(m.text for m in value)
+        value = _joined_texts(value)
     return validate_text(value)
+
+
+def _prompt_messages(value: Any) -> Any:
+    """A prompt value's messages; any other value as it is."""
+    from langchain_core.prompt_values import PromptValue
+
+    return value.to_messages() if isinstance(value, PromptValue) else value
+
+
+def _joined_texts(messages: Sequence[Any]) -> str:
+    """The texts of a list of messages, joined; :class:`InvalidInputError` for anything else."""
+    from langchain_core.messages import BaseMessage
+
+    if not messages or not all(isinstance(m, BaseMessage) for m in messages):
+        raise InvalidInputError("expected text, a dict with 'text', a prompt value or messages")
+    return "\n\n".join(m.text for m in messages)

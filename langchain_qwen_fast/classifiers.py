@@ -32,14 +32,22 @@ from langchain_qwen_fast._core.transport import RetryPolicy, Transport, adrive, 
 from langchain_qwen_fast.caches import ClassificationCache
 from langchain_qwen_fast.chat_models import ChatQwenFast
 from langchain_qwen_fast.classification import Classification, ClassifierInput, text_of
-from langchain_qwen_fast.errors import InvalidInputError, QwenFastError
+from langchain_qwen_fast.errors import (
+    ConfigurationError,
+    DataFileError,
+    InvalidInputError,
+    MissingDependencyError,
+    QwenFastError,
+)
 from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool
 
 # Per-item run bookkeeping in a big async batch is done in slices with a yield to the event
-# loop between them (measured in tests/integration_tests/reliability).
+# loop between them, so the loop keeps serving other tasks (the soak in
+# tests/integration_tests/reliability records its longest stall).
 _RUNS_PER_SLICE = 512
-#: Requests in flight per replica by default: with 128 prompts a request, 8 per server was
-#: the best point or within noise of it in H200 sweeps of 4-16 (docs/benchmarks.md).
+#: Requests in flight per replica by default: enough that a server always has the next
+#: requests queued while the client builds and parses others; more only wait in the server's
+#: queue. The sweeps behind the choice are in docs/benchmarks.md.
 IN_FLIGHT_PER_REPLICA = 8
 _SAVED_FORMAT = "langchain-qwen-fast/classifier"
 _SAVED_VERSION = 1
@@ -134,9 +142,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     tests, or a transport with custom TLS or proxies). Not saved."""
     client_processes: int = Field(default=1, ge=1)
     """Processes a large ``batch``/``abatch`` is spread over, each classifying an equal share
-    with its own event loop and connections (the call's requests in flight shared out). On
-    eight H200 servers (two GPUs) four processes gave 9,600/s against one's 7,200-8,300/s in
-    generate mode and 11,100-11,600/s against 9,600-9,700/s in head mode: about two per GPU.
+    with its own event loop and connections (the call's requests in flight shared out): worth
+    it when one process's event loop, not the servers, is what limits a batch, as on several
+    GPU servers (about two processes per GPU; the figures are in docs/benchmarks.md).
     A batch runs in this process when it has fewer than 1,024 items per process or a callback
     handler watches its items (their runs are opened here). The workers start on first use
     (a few seconds; :meth:`prepare` starts them) and stop with :meth:`close`. Needs a
@@ -170,7 +178,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                 for name in unknown:
                     near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
                     hints.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
-                raise ValueError(f"QwenClassifier got unknown argument(s): {', '.join(hints)}")
+                raise ConfigurationError(f"QwenClassifier got unknown argument(s): {', '.join(hints)}")
         return data
 
     @field_validator("base_url", mode="before")
@@ -183,7 +191,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     def _check_threshold(cls, value: float | dict[str, float]) -> float | dict[str, float]:
         for t in value.values() if isinstance(value, dict) else [value]:
             if not 0.0 <= t <= 1.0:
-                raise ValueError(f"a threshold must be a probability within 0..1, got {t}")
+                raise ConfigurationError(f"a threshold must be a probability within 0..1, got {t}")
         return value
 
     @model_validator(mode="after")
@@ -193,9 +201,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if isinstance(self.threshold, dict):
             unknown = sorted(set(self.threshold) - set(flat))
             if unknown:
-                raise ValueError(f"threshold given for unknown labels: {unknown}")
+                raise ConfigurationError(f"threshold given for unknown labels: {unknown}")
         if self.multi_label and self.abstain_below is not None:
-            raise ValueError("abstain_below is for single-label classifiers; multi-label ones use threshold")
+            raise ConfigurationError("abstain_below is for single-label classifiers; multi-label ones use threshold")
         urls = [self.base_url] if isinstance(self.base_url, str) else self.base_url
         self._transport = Transport(
             urls,
@@ -220,7 +228,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if self.client_processes > 1:
             stay = [name for name in ("example_selector", "cache", "http_transport") if getattr(self, name) is not None]
             if stay:
-                raise ValueError(
+                raise ConfigurationError(
                     f"client_processes={self.client_processes} classifies in other processes, where "
                     f"{stay[0]} cannot go; use one or the other"
                 )
@@ -237,10 +245,10 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         flat = self.label_names
         unknown = sorted(set(descriptions) - set(flat))
         if unknown:
-            raise ValueError(f"descriptions given for unknown labels: {unknown}")
+            raise ConfigurationError(f"descriptions given for unknown labels: {unknown}")
         duplicates = sorted({x for x in flat if flat.count(x) > 1})
         if duplicates:
-            raise ValueError(f"labels must be distinct across the hierarchy; repeated: {duplicates}")
+            raise ConfigurationError(f"labels must be distinct across the hierarchy; repeated: {duplicates}")
 
         def add(node: Node, tree: Any) -> None:
             names = list(tree)
@@ -259,7 +267,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if isinstance(self.labels, dict) and (
             self.multi_label or self.mode == "head" or self.examples or self.example_selector
         ):
-            raise ValueError("hierarchical labels are single-label, generate mode, without examples")
+            raise ConfigurationError("hierarchical labels are single-label, generate mode, without examples")
         add((), self.labels)
         return sets
 
@@ -322,11 +330,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         try:
             saved = json.loads(source.read_text())
         except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read a saved classifier from {source}: {exc}") from None
+            raise DataFileError(f"cannot read a saved classifier from {source}: {exc}") from None
         if not isinstance(saved, dict) or saved.get("format") != _SAVED_FORMAT:
-            raise ValueError(f"{source} is not a saved QwenClassifier (format {_SAVED_FORMAT!r})")
+            raise DataFileError(f"{source} is not a saved QwenClassifier (format {_SAVED_FORMAT!r})")
         if saved.get("version") != _SAVED_VERSION:
-            raise ValueError(f"{source} has version {saved.get('version')}; this release reads {_SAVED_VERSION}")
+            raise DataFileError(f"{source} has version {saved.get('version')}; this release reads {_SAVED_VERSION}")
         return cls(**{**saved["config"], **overrides})
 
     # -- routing helpers (routing.py) ----------------------------------------------------
@@ -336,7 +344,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         callables are wrapped."""
         unknown = sorted(set(routes) - set(self.label_names))
         if unknown:
-            raise ValueError(f"routes name labels the classifier does not have: {unknown}")
+            raise ConfigurationError(f"routes name labels the classifier does not have: {unknown}")
         return ClassifierRouter(
             classifier=self,
             routes={label: coerce_to_runnable(branch) for label, branch in routes.items()},
@@ -400,12 +408,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             return None
         selected: list[str | Exception] = []
         for value in inputs:
+            text = _selectable_text(value)
             try:
-                selected.append(self._render(plans, selector.select_examples({"text": text_of(value)})))
-            except QwenFastError:
-                selected.append("")  # the input itself is invalid; its error comes from the classification
+                selected.append("" if text is None else self._render(plans, selector.select_examples({"text": text})))
             except Exception as exc:
-                selected.append(QwenFastError(f"the example selector failed: {type(exc).__name__}: {exc}"))
+                selected.append(_selector_failed(exc))
         return selected
 
     async def _aselected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str | Exception] | None:
@@ -414,12 +421,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             return None
 
         async def one(value: Any) -> str | Exception:
+            text = _selectable_text(value)
             try:
-                return self._render(plans, await selector.aselect_examples({"text": text_of(value)}))
-            except QwenFastError:
-                return ""
+                return "" if text is None else self._render(plans, await selector.aselect_examples({"text": text}))
             except Exception as exc:
-                return QwenFastError(f"the example selector failed: {type(exc).__name__}: {exc}")
+                return _selector_failed(exc)
 
         return list(await asyncio.gather(*(one(value) for value in inputs)))
 
@@ -449,8 +455,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     # -- Runnable interface ----------------------------------------------------------
     # invoke/ainvoke open the run themselves rather than through Runnable._call_with_config:
-    # that helper inspects the function's signature on every call (~0.1 ms), and nothing
-    # runs nested inside a classification that would need the child config it sets up.
+    # that helper inspects the function's signature on every call, a cost beside a short
+    # request, and nothing runs nested inside a classification that would need the child
+    # config it sets up.
     def invoke(self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any) -> Classification:
         """Classify one input; raises the item's error (typed, see :mod:`~langchain_qwen_fast.errors`)."""
         config = ensure_config(config)
@@ -471,7 +478,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Classification:
         # At most a connection pool's worth of calls do their set-up at once: a thousand
-        # simultaneous calls would otherwise run ~0.5 ms of set-up each back to back before any
+        # simultaneous calls would otherwise all run their set-up back to back before any
         # awaited the network, holding the event loop; only the pool's worth can be in flight.
         """Async :meth:`invoke`."""
         async with self._ainvoke_gate():
@@ -515,23 +522,21 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         """A batch, each item's result or error in its place; ``group``: prompts per request."""
         if not inputs:
             return []
+        shares = self._shares(inputs, config, group)
+        if shares is not None:
+            lost = shares.lost_inputs(shares.pool.classify(shares.texts, self._concurrency(config), shares.parts))
+            return shares.results(self._classify(lost, config) if lost else [])
         if _unobserved(config):
-            spread = self._spread(inputs, group)
-            if spread is not None:
-                pool, parts = spread
-                texts, results, places = _texts(inputs)
-                shared, lost = merge(len(texts), pool.classify(texts, self._concurrency(config), parts))
-                redo = self._classify([inputs[places[i]] for i in lost], config) if lost else []
-                return _placed(results, places, shared, dict(zip(lost, redo, strict=True)))
             return self._classify(inputs, config, group)
         return self._batch_with_config(self._classify, inputs, config, return_exceptions=True, group=group)
 
-    def _spread(self, inputs: list[Any], group: int | None) -> tuple[ClientProcesses, int] | None:
-        """The client processes and how many of them a batch is spread over; None: run here."""
-        if self._processes is None or group is not None:
+    def _shares(self, inputs: list[Any], config: Any, group: int | None) -> _Shares | None:
+        """The batch cut into shares for the client processes; None: it runs here (no client
+        processes, a fixed group, too few items, or a callback handler watching its items)."""
+        if self._processes is None or group is not None or not _unobserved(config):
             return None
         parts = processes_for(len(inputs), self.client_processes)
-        return (self._processes, parts) if parts > 1 else None
+        return _Shares(self._processes, parts, inputs) if parts > 1 else None
 
     async def abatch(
         self,
@@ -542,8 +547,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         **kwargs: Any,
     ) -> list[Classification]:
         # Like Runnable._abatch_with_config (a run per item, same callbacks), but the per-item
-        # run bookkeeping is done in slices with a yield between them: done in one go it holds
-        # the event loop for ~40 µs an item, most of a second for 20,000 items.
+        # run bookkeeping is done in slices with a yield between them: done in one go for a
+        # large batch it would hold the event loop long enough to stall every other task.
         """Async :meth:`batch`."""
         return _raise_unless(return_exceptions, await self._abatch(list(inputs), config, None))
 
@@ -552,14 +557,12 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     ) -> list[Any]:
         if not inputs:
             return []
+        shares = self._shares(inputs, config, group)
+        if shares is not None:
+            outcomes = await shares.pool.aclassify(shares.texts, self._concurrency(config), shares.parts)
+            lost = shares.lost_inputs(outcomes)
+            return shares.results(await self._aclassify(lost, config) if lost else [])
         if _unobserved(config):
-            spread = self._spread(inputs, group)
-            if spread is not None:
-                pool, parts = spread
-                texts, results, places = _texts(inputs)
-                shared, lost = merge(len(texts), await pool.aclassify(texts, self._concurrency(config), parts))
-                redo = await self._aclassify([inputs[places[i]] for i in lost], config) if lost else []
-                return _placed(results, places, shared, dict(zip(lost, redo, strict=True)))
             return await self._aclassify(inputs, config, group)
         configs = config if isinstance(config, list) else None
         runs: list[Any] = []
@@ -654,39 +657,67 @@ def _load_tokenizer(path: str) -> Any:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise ImportError("tokenizer_path needs the tokenizers package: pip install tokenizers") from None
+        raise MissingDependencyError("tokenizer_path needs the tokenizers package: pip install tokenizers") from None
     file = Path(path)
     if file.is_dir():
         file = file / "tokenizer.json"
     if not file.is_file():
-        raise ValueError(f"tokenizer_path: no tokenizer.json at {path}")
+        raise ConfigurationError(f"tokenizer_path: no tokenizer.json at {path}")
     try:
         return Tokenizer.from_file(str(file))
     except Exception as exc:
-        raise ValueError(f"tokenizer_path: cannot load {file}: {exc}") from None
+        raise ConfigurationError(f"tokenizer_path: cannot load {file}: {exc}") from None
 
 
-def _texts(inputs: list[Any]) -> tuple[list[str], list[Any], list[int]]:
-    """The texts of a batch's valid inputs, the batch's results with each invalid input's
-    error in its place, and each text's place in the batch."""
-    texts: list[str] = []
-    results: list[Any] = [None] * len(inputs)
-    places: list[int] = []
-    for i, value in enumerate(inputs):
-        try:
-            texts.append(text_of(value))
-            places.append(i)
-        except InvalidInputError as exc:
-            results[i] = exc
-    return texts, results, places
+def _selectable_text(value: Any) -> str | None:
+    """An input's text for the example selector; None for an invalid input (its error comes
+    from the classification)."""
+    try:
+        return text_of(value)
+    except InvalidInputError:
+        return None
 
 
-def _placed(results: list[Any], places: list[int], shared: list[Any], redone: Mapping[int, Any]) -> list[Any]:
-    """``results`` with the workers' results (``shared``, one per text; ``redone`` for the
-    texts of a lost share, classified here) put in their texts' places."""
-    for i, (place, result) in enumerate(zip(places, shared, strict=True)):
-        results[place] = redone.get(i, result)
-    return results
+def _selector_failed(exc: Exception) -> QwenFastError:
+    """The error an input gets when the example selector failed on it."""
+    return QwenFastError(f"the example selector failed: {type(exc).__name__}: {exc}")
+
+
+class _Shares:
+    """A batch spread over the client processes: the valid inputs' texts go to the workers
+    (each invalid input keeps its error), and the texts of a share whose worker died are
+    classified here."""
+
+    def __init__(self, pool: ClientProcesses, parts: int, inputs: list[Any]) -> None:
+        self.pool = pool
+        self.parts = parts
+        self.inputs = inputs
+        #: the valid inputs' texts, and each one's place in the batch
+        self.texts: list[str] = []
+        self.places: list[int] = []
+        self._results: list[Any] = [None] * len(inputs)
+        for i, value in enumerate(inputs):
+            try:
+                self.texts.append(text_of(value))
+                self.places.append(i)
+            except InvalidInputError as exc:
+                self._results[i] = exc
+        self._shared: list[Any] = []
+        self._lost: list[int] = []
+
+    def lost_inputs(self, outcomes: Sequence[list[Any] | None]) -> list[Any]:
+        """Take the workers' outcomes (one per share, None for a lost one); the inputs of the
+        lost shares, to classify here."""
+        self._shared, self._lost = merge(len(self.texts), outcomes)
+        return [self.inputs[self.places[i]] for i in self._lost]
+
+    def results(self, redone: Sequence[Any]) -> list[Any]:
+        """Every input's result or error in its place, with ``redone`` (the results of
+        :meth:`lost_inputs`) for the lost shares' texts."""
+        again = dict(zip(self._lost, redone, strict=True))
+        for i, (place, result) in enumerate(zip(self.places, self._shared, strict=True)):
+            self._results[place] = again.get(i, result)
+        return self._results
 
 
 def _raise_unless(return_exceptions: bool, results: list[Any]) -> list[Any]:

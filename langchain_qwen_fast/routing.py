@@ -12,7 +12,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import ConfigDict
 
 from langchain_qwen_fast.classification import Classification, ClassifierInput
-from langchain_qwen_fast.errors import InvalidInputError
+from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
 
 #: Anything that classifies like :class:`~langchain_qwen_fast.QwenClassifier`.
 Classifier = Runnable[ClassifierInput, Classification]
@@ -53,7 +53,7 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
             meta = {ROUTE_LABEL: None, ROUTE_ERROR: f"{type(result).__name__}: {result}"}
             return [("default", self.default, meta)]
         if not isinstance(result, Classification):
-            raise TypeError(f"the classifier returned {type(result).__name__}, not a Classification")
+            raise ConfigurationError(f"the classifier returned {type(result).__name__}, not a Classification")
         chosen = result.labels if result.multi_label else [result.label] if result.label is not None else []
         routed = [
             (label, self.routes[label], {ROUTE_LABEL: label, ROUTE_SCORES: result.scores})
@@ -93,10 +93,7 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return outputs
 
     def _route(
-        self,
-        inputs: list[Any],
-        run_manager: list[CallbackManagerForChainRun],
-        config: list[RunnableConfig],
+        self, inputs: list[Any], run_manager: list[CallbackManagerForChainRun], config: list[RunnableConfig]
     ) -> list[Any]:
         classify_configs = [patch_config(c, callbacks=rm.get_child("classify")) for c, rm in zip(config, run_manager)]
         results = self.classifier.batch(inputs, classify_configs, return_exceptions=True)
@@ -107,10 +104,7 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return self._collect(results, answered)
 
     async def _aroute(
-        self,
-        inputs: list[Any],
-        run_manager: list[AsyncCallbackManagerForChainRun],
-        config: list[RunnableConfig],
+        self, inputs: list[Any], run_manager: list[AsyncCallbackManagerForChainRun], config: list[RunnableConfig]
     ) -> list[Any]:
         classify_configs = [patch_config(c, callbacks=rm.get_child("classify")) for c, rm in zip(config, run_manager)]
         results = await self.classifier.abatch(inputs, classify_configs, return_exceptions=True)
@@ -151,6 +145,10 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return await self._abatch_with_config(self._aroute, inputs, config, return_exceptions=return_exceptions)
 
 
+class _AgentInputError(ToolException, InvalidInputError):
+    """A bad input, answered to the agent: the tool turns a ``ToolException`` into its reply."""
+
+
 def classifier_tool(
     classifier: Classifier,
     *,
@@ -171,13 +169,13 @@ def classifier_tool(
         try:
             return to_dict(classifier.invoke(text))
         except InvalidInputError as exc:
-            raise ToolException(str(exc)) from exc
+            raise _AgentInputError(str(exc)) from exc
 
     async def aclassify(text: str) -> dict[str, Any]:
         try:
             return to_dict(await classifier.ainvoke(text))
         except InvalidInputError as exc:
-            raise ToolException(str(exc)) from exc
+            raise _AgentInputError(str(exc)) from exc
 
     return StructuredTool.from_function(
         func=classify,

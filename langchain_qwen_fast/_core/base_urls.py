@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from langchain_qwen_fast.errors import ConfigurationError
+
 #: environment variable naming the server(s) when no ``base_url`` is given
 BASE_URL_ENV = "QWEN_FAST_BASE_URL"
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
@@ -26,14 +28,14 @@ def write_urls(path: str | Path, urls: Sequence[str]) -> Path:
 
 def read_urls(path: str | Path) -> list[str]:
     """The URLs listed in a file (one per line; blank lines and ``#`` comments skipped);
-    ``ValueError`` when it lists none or something that is not an http(s) URL."""
+    :class:`ConfigurationError` when it lists none or something that is not an http(s) URL."""
     lines = [line.split("#", 1)[0].strip() for line in Path(path).read_text().splitlines()]
     urls = [line for line in lines if line]
     if not urls:
-        raise ValueError(f"base_url: {path} lists no URL")
+        raise ConfigurationError(f"base_url: {path} lists no URL")
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:
-        raise ValueError(f"base_url: {path} lists {bad[0]!r}, which is not an http(s) URL")
+        raise ConfigurationError(f"base_url: {path} lists {bad[0]!r}, which is not an http(s) URL")
     return urls
 
 
@@ -51,5 +53,5 @@ def resolve_base_url(value: str | Sequence[str] | None) -> str | list[str]:
         if Path(value).is_file():
             urls = read_urls(value)
             return urls if len(urls) > 1 else urls[0]
-        raise ValueError(f"base_url: {value!r} is neither an http(s) URL nor a file of URLs")
+        raise ConfigurationError(f"base_url: {value!r} is neither an http(s) URL nor a file of URLs")
     return list(value)

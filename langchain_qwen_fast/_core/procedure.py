@@ -32,18 +32,19 @@ from langchain_qwen_fast.classification import Classification, text_of
 from langchain_qwen_fast.errors import InvalidInputError, QwenFastError, ResponseFormatError, ServerStatusError
 
 # Work on a big async batch is done in slices with a yield to the event loop between them,
-# so that a 20,000-item abatch never holds the loop for long (measured in tests/reliability).
+# so that however large an abatch is, it never holds the loop for long (the soak in
+# tests/integration_tests/reliability records the loop's longest stall).
 _GROUPS_PER_CHECKPOINT = 16
-# Prompts tokenised client-side per slice (a few ms each), with a yield between slices.
+# Prompts tokenised client-side per slice, with a yield between slices: a slice is short
+# enough not to stall the event loop, long enough that the yields cost next to nothing.
 _ENCODE_SLICE = 1024
 # Prompts whose token ids the set-up compares with the server's, to catch a wrong tokenizer.
 _TOKENIZER_SAMPLES = ("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace")
 
 # Prompts per request when the classifier picks (see group_size). Bigger requests cut the
 # client's and the API server's per-request work, smaller ones keep the pipeline full (each
-# group is tokenised as it is sent). H200 sweeps (docs/benchmarks.md): 128 a request with 8
-# in flight per server was the best or within noise of it on 1, 4, 6 and 8 servers; 256
-# trailed by 5-20 % on 4 and more.
+# group is tokenised as it is sent, so a smaller group reaches the server sooner). The
+# largest size is where the sweeps in docs/benchmarks.md stopped gaining from bigger requests.
 MIN_GROUP = 16
 MAX_GROUP = 128
 
@@ -123,7 +124,6 @@ class Procedure:
         return plan.with_tokenizer(self.tokenizer).encode(["probe"], step)[0]
 
     def _generate_plan_steps(self, labels: LabelSet, max_model_len: int) -> Steps[ClassifierPlan]:
-        head = labels.render_head()
         scoring: Any
         paths: tuple[tuple[int, ...], ...] = ()
         text_prompts_work = True
@@ -142,29 +142,19 @@ class Procedure:
                 with_text = yield from self._path_texts(steps)
                 text_prompts_work = with_text is not None  # each label prefix survives a round trip as text
                 steps = with_text or steps
-        max_tokens = 1
         distinct_tails = sorted({s.tail for s in steps})
-        counts = yield from self._tokenize([head, *distinct_tails])
+        counts = yield from self._tokenize([labels.render_head(), *distinct_tails])
         tail_tokens = dict(zip(distinct_tails, map(len, counts[1:]), strict=True))
         overhead = len(counts[0]) + max(tail_tokens[s.tail] + len(s.path) for s in steps)
-        if max_model_len and overhead + max_tokens >= max_model_len:
+        plan = ClassifierPlan.generate(
+            labels, scoring, steps, overhead, max_model_len or overhead + 4096, label_paths=paths, end_token=end_token
+        )
+        if max_model_len and overhead + plan.max_tokens >= max_model_len:
             raise QwenFastError(
                 f"the prompt's fixed part (instructions, {len(labels.labels)} labels, examples) takes {overhead} "
                 f"tokens, leaving no room in the server's context of {max_model_len}; serve the model with a "
                 "longer --max-model-len, or shorten the labels, descriptions or examples"
             )
-        plan = ClassifierPlan(
-            label_set=labels,
-            scoring=scoring,
-            head=head,
-            steps=steps,
-            max_tokens=max_tokens,
-            overhead_tokens=overhead,
-            max_model_len=max_model_len or overhead + 4096,
-            has_logprob_token_ids=True,
-            label_paths=paths,
-            end_token=end_token,
-        )
         if not text_prompts_work:
             return _constrained_choice(plan)
         # vLLM versions differ: ask for the answer tokens' logprobs and see if they come back.

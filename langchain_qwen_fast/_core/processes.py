@@ -1,8 +1,9 @@
 """Client processes: one large batch spread over several Python processes.
 
 One process's event loop builds, sends and parses every request of a batch while its
-tokenizer threads contend for the same interpreter lock; on two H200s' servers, spreading a
-batch over processes classified 9-24 % more than one process (docs/gpu-deployment.md). Each
+tokenizer threads contend for the same interpreter lock: in front of several fast servers that
+one process, not the servers, sets the pace, and spreading the batch over processes lets the
+servers set it again (the figures are in docs/benchmarks.md and docs/gpu-deployment.md). Each
 worker process here holds its own classifier, built from the parent's configuration, and
 classifies an equal share of the batch with ``abatch``; the shares come back in input order.
 Knows nothing of what a classifier is beyond that constructor and ``abatch``/``aprepare``:
@@ -20,6 +21,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
+
+from langchain_qwen_fast.errors import ConfigurationError
 
 #: Fewer items than this per process, and a batch runs in the calling process: below it the
 #: shares' transfer and the tail of each worker's pipeline cost more than a second loop saves.
@@ -70,7 +73,7 @@ class ClientProcesses:
 
     def __init__(self, factory: Any, config: dict[str, Any], processes: int) -> None:
         if processes < 2:
-            raise ValueError("ClientProcesses needs at least 2 processes")
+            raise ConfigurationError("ClientProcesses needs at least 2 processes")
         self.processes = processes
         self._factory = factory
         self._config = config

@@ -35,10 +35,12 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from langchain_qwen_fast.classification import Scoring
-from langchain_qwen_fast.errors import ContextLengthError
+from langchain_qwen_fast.errors import ConfigurationError, ContextLengthError, ResponseFormatError
+
+#: How a label is read from the server (see above).
+Scoring = Literal["label_tokens", "label_sequences", "yes_no", "constrained_choice", "head"]
 
 DEFAULT_INSTRUCTIONS = "Classify the text. Answer with one label only."
 DEFAULT_MULTI_LABEL_INSTRUCTIONS = "Decide which of the labels apply to the text. Answer each question with yes or no."
@@ -105,19 +107,19 @@ class LabelSet:
         descriptions (of known labels) and examples (texts with known labels)."""
         labels = tuple(labels)
         if len(labels) < 2:
-            raise ValueError(f"need at least two labels, got {list(labels)!r}")
+            raise ConfigurationError(f"need at least two labels, got {list(labels)!r}")
         for label in labels:
             if not isinstance(label, str) or not label.strip():
-                raise ValueError(f"every label must be a non-empty string, got {label!r}")
+                raise ConfigurationError(f"every label must be a non-empty string, got {label!r}")
             if label != label.strip():
-                raise ValueError(f"label {label!r} has leading or trailing whitespace")
+                raise ConfigurationError(f"label {label!r} has leading or trailing whitespace")
         duplicates = sorted({x for x in labels if labels.count(x) > 1})
         if duplicates:
-            raise ValueError(f"labels must be distinct; repeated: {duplicates}")
+            raise ConfigurationError(f"labels must be distinct; repeated: {duplicates}")
         descriptions = dict(descriptions or {})
         unknown = sorted(set(descriptions) - set(labels))
         if unknown:
-            raise ValueError(f"descriptions given for unknown labels: {unknown}")
+            raise ConfigurationError(f"descriptions given for unknown labels: {unknown}")
         default = DEFAULT_MULTI_LABEL_INSTRUCTIONS if multi_label else DEFAULT_INSTRUCTIONS
         return cls(
             labels,
@@ -155,8 +157,9 @@ class LabelSet:
         """A multi-label step's tail: the yes/no question for ``label``, then the answer's opening.
 
         Short on purpose: the head (which asks for yes or no) and the text are cached, so a
-        step computes only its tail, once per label; this one is 22 tokens for ``'Sci/Tech'``
-        where ``Does the label ... apply to the text? Answer yes or no.`` took 32."""
+        step computes only its tail, once per label, and every token left out of the question
+        is a token less for each label of each text (docs/benchmarks.md compares it with a
+        longer wording)."""
         return f"{_TURN_END}{USER_OPEN}Does {label!r} apply?{PROMPT_SUFFIX}"
 
     def _describe(self, label: str) -> str:
@@ -165,21 +168,21 @@ class LabelSet:
 
 
 def check_example(example: Any, labels: Sequence[str], multi_label: bool) -> tuple[str, tuple[str, ...]]:
-    """An example as (text, labels), or ``ValueError`` naming what is wrong with it."""
+    """An example as (text, labels), or :class:`ConfigurationError` naming what is wrong with it."""
     if isinstance(example, Mapping):
         example = (example.get("text"), example.get("labels", example.get("label")))
     try:
         text, answer = example
     except (TypeError, ValueError):
-        raise ValueError(f"an example must be (text, label), got {example!r}") from None
+        raise ConfigurationError(f"an example must be (text, label), got {example!r}") from None
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"an example's text must be non-empty text, got {text!r}")
+        raise ConfigurationError(f"an example's text must be non-empty text, got {text!r}")
     given = (answer,) if isinstance(answer, str) else tuple(answer or ())
     if not multi_label and len(given) != 1:
-        raise ValueError(f"a single-label example needs exactly one label, got {answer!r}")
+        raise ConfigurationError(f"a single-label example needs exactly one label, got {answer!r}")
     unknown = [x for x in given if x not in labels]
     if unknown:
-        raise ValueError(f"example {text[:40]!r} names labels the classifier lacks: {unknown}")
+        raise ConfigurationError(f"example {text[:40]!r} names labels the classifier lacks: {unknown}")
     return text, given
 
 
@@ -220,6 +223,33 @@ class ClassifierPlan:
     tokenizer: Any = None
     head_ids: tuple[int, ...] = ()
 
+    @classmethod
+    def generate(
+        cls,
+        label_set: LabelSet,
+        scoring: Scoring,
+        steps: tuple[Step, ...],
+        overhead_tokens: int,
+        max_model_len: int,
+        *,
+        label_paths: tuple[tuple[int, ...], ...] = (),
+        end_token: int | None = None,
+    ) -> ClassifierPlan:
+        """A plan that reads the labels from one-token decode steps after the label set's
+        head, asking for the answer tokens' logprobs (every scoring but ``head``)."""
+        return cls(
+            label_set=label_set,
+            scoring=scoring,
+            head=label_set.render_head(),
+            steps=steps,
+            max_tokens=1,
+            overhead_tokens=overhead_tokens,
+            max_model_len=max_model_len,
+            has_logprob_token_ids=True,
+            label_paths=label_paths,
+            end_token=end_token,
+        )
+
     def answer_tokens(self, index: int) -> tuple[int, ...]:
         """The tokens that answer label ``index`` as :meth:`combine` reads them (a training
         target): the first token under ``label_tokens``; the whole label, and the end token
@@ -227,7 +257,7 @@ class ClassifierPlan:
         if self.scoring == "label_tokens":
             return self.steps[0].allowed[index : index + 1]
         if self.scoring != "label_sequences":
-            raise ValueError(f"{self.scoring} scoring has no answer tokens")
+            raise ConfigurationError(f"{self.scoring} scoring has no answer tokens")
         path = self.label_paths[index]
         nodes = {step.path for step in self.steps}
         return (*path, self.end_token) if path in nodes and self.end_token is not None else path
@@ -296,7 +326,7 @@ class ClassifierPlan:
         return [*self.head_ids, *body_ids, *self.steps[step].tail_ids]
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
-        # encode_batch_fast skips character offsets we do not use (about a third less CPU).
+        # encode_batch_fast skips the character offsets we do not use, work done per token.
         encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         return [e.ids for e in encode(texts, add_special_tokens=False)]
 
@@ -353,12 +383,12 @@ def plan_steps(
     """
     paths = tuple(tuple(tokens) for tokens in label_tokens)
     if any(not p for p in paths):
-        raise ValueError("every label must tokenise to at least one token")
+        raise ConfigurationError("every label must tokenise to at least one token")
     firsts = tuple(p[0] for p in paths)
     if len(set(firsts)) == len(firsts):
         return "label_tokens", (Step(PROMPT_SUFFIX, firsts),), paths
     if len(set(paths)) != len(paths):
-        raise ValueError("two labels tokenise identically")
+        raise ConfigurationError("two labels tokenise identically")
     children: dict[tuple[int, ...], set[int]] = {}
     for path in paths:
         for i in range(len(path)):
@@ -375,25 +405,13 @@ def local_plan(label_set: LabelSet, tokenizer: Any, max_model_len: int = 4096) -
     server (for training, and for checking a trained model against its server): the same
     prompt, label tokens and steps the classifier learns from a server of that tokenizer."""
     if label_set.multi_label:
-        raise ValueError("local plans are single-label")
+        raise ConfigurationError("local plans are single-label")
     encoded = tokenizer.encode_batch([*label_set.labels, "<|im_end|>"], add_special_tokens=False)
     *label_tokens, end = (e.ids for e in encoded)
     scoring, steps, paths = plan_steps(label_tokens, end[0])
     if scoring == "label_sequences":
         steps = tuple(dataclasses.replace(s, path_text=tokenizer.decode(list(s.path))) for s in steps)
-    head = label_set.render_head()
-    plan = ClassifierPlan(
-        label_set=label_set,
-        scoring=scoring,
-        head=head,
-        steps=steps,
-        max_tokens=1,
-        overhead_tokens=0,
-        max_model_len=max_model_len,
-        has_logprob_token_ids=True,
-        label_paths=paths,
-        end_token=end[0],
-    )
+    plan = ClassifierPlan.generate(label_set, scoring, steps, 0, max_model_len, label_paths=paths, end_token=end[0])
     return plan.with_tokenizer(tokenizer)
 
 
@@ -405,11 +423,11 @@ def constrained_choice_max_tokens(label_set: LabelSet) -> int:
 
 def softmax(logprobs: Sequence[float]) -> tuple[float, ...]:
     """Normalised probabilities from logprobs (non-finite ones count as 0). Raises
-    ``ValueError`` when none is finite."""
+    :class:`ResponseFormatError` when none is finite."""
     values = [v if math.isfinite(v) else -math.inf for v in logprobs]
     top = max(values, default=-math.inf)
     if top == -math.inf:
-        raise ValueError("no label has a finite logprob")
+        raise ResponseFormatError("no label has a finite logprob")
     weights = [math.exp(v - top) for v in values]
     total = sum(weights)
     return tuple(w / total for w in weights)
@@ -417,7 +435,7 @@ def softmax(logprobs: Sequence[float]) -> tuple[float, ...]:
 
 def label_probabilities(logprobs: Mapping[int, float], token_ids: Sequence[int]) -> tuple[float, ...]:
     """Softmax over the labels' token logprobs (labels with no logprob, or a non-finite one,
-    get 0). Raises ``ValueError`` when no label has a finite logprob."""
+    get 0). Raises :class:`ResponseFormatError` when no label has a finite logprob."""
     return softmax([logprobs.get(t, -math.inf) for t in token_ids])
 
 

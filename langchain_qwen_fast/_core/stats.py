@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from langchain_qwen_fast.errors import ConfigurationError
+
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The ``q``-th percentile (0-100) by the nearest-rank method: the smallest value with at
@@ -12,7 +14,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     if not 0 <= q <= 100:
-        raise ValueError(f"percentile must be within 0..100, got {q}")
+        raise ConfigurationError(f"percentile must be within 0..100, got {q}")
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[rank - 1]

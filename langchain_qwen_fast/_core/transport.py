@@ -31,6 +31,7 @@ from tenacity import (
 )
 
 from langchain_qwen_fast.errors import (
+    ConfigurationError,
     ResponseFormatError,
     ServerConnectionError,
     ServerStatusError,
@@ -70,9 +71,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+            raise ConfigurationError("max_attempts must be at least 1")
         if self.deadline <= 0 or self.initial_backoff < 0 or self.max_backoff < 0:
-            raise ValueError("deadline must be positive and backoffs non-negative")
+            raise ConfigurationError("deadline must be positive and backoffs non-negative")
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -197,7 +198,7 @@ class Transport:
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
-            raise ValueError("base_url: give at least one URL")
+            raise ConfigurationError("base_url: give at least one URL")
         self.base_urls = [u.rstrip("/") for u in urls]
         self.base_url = self.base_urls[0]
         self.replicas = Replicas(len(self.base_urls))

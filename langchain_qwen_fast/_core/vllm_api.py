@@ -63,12 +63,17 @@ def detokenize_call(model: str, tokens: Sequence[int]) -> Call:
 
 def parse_detokenize(reply: Any) -> str:
     """The text of a ``/detokenize`` reply."""
+    return _text(reply, "prompt", "/detokenize reply")
+
+
+def _text(reply: Any, key: str, what: str) -> str:
+    """``reply[key]`` as text, or a :class:`ResponseFormatError` saying ``what`` lacks it."""
     try:
-        text = reply["prompt"]
+        text = reply[key]
     except _REPLY_ERRORS as exc:
-        raise ResponseFormatError(f"/detokenize reply lacks its text: {exc!r}") from None
+        raise ResponseFormatError(f"{what} lacks its text: {exc!r}") from None
     if not isinstance(text, str):
-        raise ResponseFormatError(f"/detokenize reply's text is {type(text).__name__}")
+        raise ResponseFormatError(f"{what}'s text is {type(text).__name__}")
     return text
 
 
@@ -143,12 +148,7 @@ def token_id(token: str) -> int:
 
 def parse_constrained(plan: ClassifierPlan, choice: Any) -> Answer:
     """A constrained-choice completion: the label it spelt."""
-    try:
-        text = choice["text"]
-    except _REPLY_ERRORS as exc:
-        raise ResponseFormatError(f"completion choice lacks its text: {exc!r}") from None
-    if not isinstance(text, str):
-        raise ResponseFormatError(f"completion choice's text is {type(text).__name__}")
+    text = _text(choice, "text", "completion choice")
     reply = strip_think(text)
     if reply not in plan.label_set.labels:
         raise LabelParseError(f"model replied {reply[:80]!r}, which is none of the labels", reply=text)
@@ -160,21 +160,20 @@ def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> Answer:
     ``logprob_token_ids``, those are all there and the sampled token is not read; otherwise
     the sampled token (limited to the answer tokens) and the top-k are."""
     allowed = plan.steps[step].allowed
+    text = _text(choice, "text", "completion choice")
     try:
-        text = choice["text"]
-        if not isinstance(text, str):
-            raise TypeError(f"choice text is {type(text).__name__}")
         logprobs = choice["logprobs"]
         answer = {token_id(k): float(v) for k, v in (logprobs["top_logprobs"][0] or {}).items()}
-        if plan.has_logprob_token_ids:
-            missing = [t for t in allowed if t not in answer]
-            if missing:
-                raise ValueError(f"no logprob for answer tokens {missing[:5]}")
-            return {t: answer[t] for t in allowed}
-        chosen = token_id(logprobs["tokens"][0])
-        answer.setdefault(chosen, float(logprobs["token_logprobs"][0]))
+        if not plan.has_logprob_token_ids:
+            chosen = token_id(logprobs["tokens"][0])
+            answer.setdefault(chosen, float(logprobs["token_logprobs"][0]))
     except _REPLY_ERRORS as exc:
         raise ResponseFormatError(f"completion choice lacks expected fields: {exc!r}") from None
+    if plan.has_logprob_token_ids:
+        missing = [t for t in allowed if t not in answer]
+        if missing:
+            raise ResponseFormatError(f"completion choice has no logprob for answer tokens {missing[:5]}")
+        return {t: answer[t] for t in allowed}
     if chosen not in allowed:
         raise LabelParseError(
             f"model replied token {chosen} ({text!r}), which answers no label "
@@ -202,7 +201,7 @@ def combine(plan: ClassifierPlan, answers: Sequence[Answer]) -> Prediction:
     """A text's prediction from its steps' answers, or a typed error."""
     try:
         return plan.combine(answers)
-    except ValueError as exc:
+    except (ValueError, ResponseFormatError) as exc:
         raise ResponseFormatError(f"the server's answers give no usable label probabilities: {exc}") from None
 
 

@@ -1,7 +1,6 @@
 """Build a Qwen3-architecture test model with random weights and the real Qwen vocabulary.
 
-No machine of ours reaches a model hub, so tests, CI and the offline demo serve a model made
-here. It has the real Qwen3 byte-level BPE (151,643 ranks shipped in the ``dashscope``
+Tests, CI and the offline demo reach no model hub, so they serve a model made here. It has the real Qwen3 byte-level BPE (151,643 ranks shipped in the ``dashscope``
 package as ``qwen.tiktoken``), the 26 Qwen3 special tokens at their real ids, and Qwen3's own
 chat template. Requests, token counts and (for a fixed output
 length) speed are those of the real model; the weights are random, so labels carry no meaning.
@@ -17,6 +16,8 @@ import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+
+from langchain_qwen_fast.errors import DataFileError, MissingDependencyError
 
 ModelSize = Literal["tiny", "0.6b"]
 
@@ -62,7 +63,7 @@ VOCAB_SIZE = 151936  # embedding rows: ranks + specials + padding, as in the rea
 # turns, tools announced in the system turn, tool calls as <tool_call>{json}</tool_call>, tool
 # results as <tool_response> in a user turn, the reasoning of assistant turns after the last
 # user query kept in a <think> block, and an empty <think></think> block after the generation
-# prompt when enable_thinking is false. tests/unit_tests/test_chat_template.py pins each rule.
+# prompt when enable_thinking is false. tests/unit_tests/testing/test_chat_template.py pins each rule.
 QWEN3_CHAT_TEMPLATE = """{%- if tools %}
     {{- '<|im_start|>system\\n' }}
     {%- if messages[0].role == 'system' %}
@@ -153,23 +154,18 @@ QWEN3_CHAT_TEMPLATE = """{%- if tools %}
     {%- endif %}
 {%- endif %}"""
 
+#: The ``Qwen3Config`` fields a size sets, and each size's values for them ("0.6b": Qwen3-0.6B's).
+_SHAPE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+)
 _SHAPES: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        intermediate_size=384,
-    ),
-    "0.6b": dict(
-        hidden_size=1024,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        intermediate_size=3072,
-    ),
+    "tiny": dict(zip(_SHAPE_FIELDS, (128, 2, 4, 2, 32, 384), strict=True)),
+    "0.6b": dict(zip(_SHAPE_FIELDS, (1024, 28, 16, 8, 128, 3072), strict=True)),
 }
 
 
@@ -178,7 +174,7 @@ def qwen_tiktoken_path() -> Path:
     try:
         path = resources.files("dashscope") / "resources" / "qwen.tiktoken"
     except ModuleNotFoundError as exc:
-        raise RuntimeError(
+        raise MissingDependencyError(
             "the test-model builder needs the Qwen vocabulary from the 'dashscope' package: "
             "pip install dashscope (or the project's [test] extra)"
         ) from exc
@@ -200,7 +196,7 @@ def build_tokenizer(max_len: int = 40960) -> Any:
     for offset, token in enumerate(QWEN3_SPECIAL_TOKENS):
         got = backend.token_to_id(token)
         if got != FIRST_SPECIAL_ID + offset:
-            raise RuntimeError(f"special token {token} got id {got}, want {FIRST_SPECIAL_ID + offset}")
+            raise DataFileError(f"special token {token} got id {got}, want {FIRST_SPECIAL_ID + offset}")
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token="<|im_end|>",
@@ -211,11 +207,12 @@ def build_tokenizer(max_len: int = 40960) -> Any:
     )
 
 
-# Output bias for the test model, in logit units of about 2.5 each (the rest of a logit
-# varies by about 0.2): closing JSON tokens most favoured first, whitespace-only tokens
-# least. Under a grammar (structured output, forced tool calls) random weights would never
-# close a string or a number and would pad with whitespace until the context ran out; with
-# this bias constrained decoding ends, through the real grammar.
+# Output bias for the test model, each entry scaled by hidden dimension 0's steady value
+# after the final norm (large beside what the small random weights add to a logit): closing
+# JSON tokens most favoured first, whitespace-only tokens least. Under a grammar (structured
+# output, forced tool calls) random weights would never close a string or a number and would
+# pad with whitespace until the context ran out; with this bias constrained decoding ends,
+# through the real grammar.
 _CLOSING_JSON_BIAS = {'"': 3.0, "}": 2.5, "]": 2.5, ",": 2.0}
 _BLANK_BIAS = -3.0
 # Hidden dimension 0 is held at this constant: small beside the other 127 dimensions, so
@@ -228,7 +225,7 @@ def _bias_towards_closing_json(model: Any, tokenizer: Any) -> None:
 
     Every input embedding's dimension 0 is set to ``_STEADY`` and no layer writes to that
     dimension (the matching rows of ``o_proj`` and ``down_proj`` are zero), so after the
-    final RMSNorm it is the same positive value (about 2.5) at every position. The untied
+    final RMSNorm it is the same positive value at every position. The untied
     output head's dimension 0 then adds a fixed bias per token: the entries above, 0 for
     the rest. Label tokens get none, and classification limits its one token to the labels.
     """

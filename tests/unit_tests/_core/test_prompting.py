@@ -8,7 +8,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompt_values import ChatPromptValue
 
-from langchain_qwen_fast import InvalidInputError
+from langchain_qwen_fast import InvalidInputError, ResponseFormatError
 from langchain_qwen_fast._core.prompting import (
     DEFAULT_INSTRUCTIONS,
     PROMPT_SUFFIX,
@@ -183,7 +183,7 @@ def test_label_probabilities_softmax_over_the_labels() -> None:
     probs = label_probabilities({1: math.log(0.2), 2: math.log(0.6), 3: math.log(0.2)}, [1, 2, 3, 4])
     assert probs == pytest.approx((0.2, 0.6, 0.2, 0.0))
     assert label_probabilities({1: -1e9, 2: float("nan")}, [1, 2]) == (1.0, 0.0)
-    with pytest.raises(ValueError, match="no label has a finite logprob"):
+    with pytest.raises(ResponseFormatError, match="no label has a finite logprob"):
         label_probabilities({9: 0.0}, [1, 2])
 
 
