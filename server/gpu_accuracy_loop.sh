@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The accuracy loop's GPU figures, on a GPU host with vLLM, transformers and peft importable
-# (e.g. PYTHONPATH=/tmp/extra:/tmp/site:$PWD on the lent H200; the qwen-fast command runs as
+# (e.g. PYTHONPATH=/tmp/extra:/tmp/site:$PWD with them there; the qwen-fast command runs as
 # `python3 -m langchain_qwen_fast.cli` there). Builds the random Qwen3-0.6B-shaped model, then:
 #   TRAIN=1      qwen-fast train at the 0.6B shape (bf16 autocast): a head (pooling runner), a
 #                head for the generate runner (--export generate) and SFT (LoRA); samples/s

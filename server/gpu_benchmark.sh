@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command on a GPU host (vLLM importable, e.g. PYTHONPATH=/tmp/site:$PWD on the lent H200;
+# One command on a GPU host (vLLM importable, e.g. PYTHONPATH=/tmp/site:$PWD with vLLM in /tmp/site;
 # no console scripts there, so the qwen-fast command runs as `python3 -m langchain_qwen_fast.cli`).
 # Builds the random-weight Qwen3-0.6B-shaped model, then either
 #   bash server/gpu_benchmark.sh [TOKENIZER_DIR]

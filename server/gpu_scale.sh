@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale measurements on a GPU host where vLLM imports (on the lent H200: PYTHONPATH=/tmp/site:$PWD,
+# Scale measurements on a GPU host where vLLM imports (e.g. PYTHONPATH=/tmp/site:$PWD,
 # no console scripts, so qwen-fast runs as `python3 -m langchain_qwen_fast.cli`).
 #   bash server/gpu_scale.sh [bench-scale flags...]
 # builds the random-weight Qwen3-0.6B-shaped model (TOK=DIR: copy its tokenizer) and runs
