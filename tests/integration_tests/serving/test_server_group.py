@@ -14,10 +14,10 @@ import pytest
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast._core.base_urls import write_urls
-from langchain_qwen_fast.serving.launcher import Router, ServerGroup
+from langchain_qwen_fast.serving import Router, ServerGroup
 from langchain_qwen_fast.testing.samples import headlines
 from tests.integration_tests.conftest import NEWS_LABELS, ROOT, record_seconds
-from tests.integration_tests.test_server import group_alive
+from tests.integration_tests.serving.test_server import group_alive
 
 
 def served_requests(base_url: str) -> float:
@@ -93,6 +93,8 @@ def test_the_scale_benchmark_measures_the_group(
 
     from langchain_qwen_fast._core import processes as _processes
     from langchain_qwen_fast.bench import scale as bench
+    from langchain_qwen_fast.bench.cpu_profile import profile as cpu_profile
+    from langchain_qwen_fast.bench.measure import RunContext, warm_classifier
 
     urls, tokenizer = group.base_urls, str(tiny_model)
     monkeypatch.setattr(_processes, "MIN_ITEMS_PER_PROCESS", 64)  # 256 items reach both workers
@@ -113,13 +115,13 @@ def test_the_scale_benchmark_measures_the_group(
     assert spread["processes"] == 2 and len(spread["runs"]) == 2 and spread["over_one_process"] > 0
     # The parent only hands out shares: its own CPU per item is far below one process's.
     assert spread["runs"][0]["cores_busy"]["client"] < default["cores_busy"]["client"]
-    routed = bench.router_against_client(urls, "qwen3", tokenizer, 256, "round_robin", tmp_path)
+    routed = bench.router_against_client(RunContext(), urls, "qwen3", tokenizer, 256, "round_robin", tmp_path)
     assert len(routed["client"]) == len(routed["router"]) == 2 and routed["router_over_client"] > 0
     shape = bench.request_shape(urls[0], "qwen3", tokenizer, 256)
     assert len(shape["now"]) == len(shape["with allowed_token_ids"]) == 2
-    load = bench.warm_classifier(urls[:1], "qwen3", tokenizer)
+    load = warm_classifier(urls[:1], "qwen3", tokenizer)
     texts = headlines(128)
-    profile = bench.profile(group.pids[0], 3, lambda: asyncio.run(load.abatch(texts)), tmp_path)
+    profile = cpu_profile(group.pids[0], 3, lambda: asyncio.run(load.abatch(texts)), tmp_path)
     engine = next(p for p in profile if "EngineCore" in p)  # the engine core's samples, by function
     assert profile[engine]["samples"] > 0 and profile[engine]["inclusive_pct"]
 
@@ -140,7 +142,7 @@ def test_scaling_rounds_interleave_the_layouts_with_cpu_per_item(group: ServerGr
 
 
 def test_chosen_capability_rows_carry_the_servers_cpu_per_item(group: ServerGroup, tiny_model: Path) -> None:
-    from langchain_qwen_fast.bench.compare import run_capabilities
+    from langchain_qwen_fast.bench.capabilities import run_capabilities
 
     rows, ratios = run_capabilities(
         group.base_urls[:1], "qwen3", str(tiny_model), headlines(64), 1, ["8 static examples"], group.pids[:1]
@@ -155,11 +157,13 @@ def test_chosen_capability_rows_carry_the_servers_cpu_per_item(group: ServerGrou
 
 
 def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, tmp_path: Path) -> None:
-    from langchain_qwen_fast.bench import scale as bench
+    from langchain_qwen_fast.bench.latency_variants import latency_variants
+    from langchain_qwen_fast.bench.measure import RunContext
 
     variants = {"cpu profile": {}, "cpu profile, no prefix caching": {"drop": ["--enable-prefix-caching"]}}
-    report = bench.latency_variants(
-        str(tiny_model), "qwen3", str(tiny_model), variants, tmp_path, base_profile="cpu", rounds=1, items=5
+    run = RunContext()
+    report = latency_variants(
+        run, str(tiny_model), "qwen3", str(tiny_model), variants, tmp_path, base_profile="cpu", rounds=1, items=5
     )
     assert set(report) == set(variants)
     for row in report.values():

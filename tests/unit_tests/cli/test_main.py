@@ -37,6 +37,7 @@ def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None
         ("train", ["--base-model", "--method", "--out", "--lora", "--export", "--resume", "--patience"]),
         ("bench", ["--start-server", "--base-url", "--replicas", "--compare-flags", "--sweep"]),
         ("build-test-model", ["--size", "--num-labels", "--tokenizer-from"]),
+        ("api", ["--base-url", "--model", "--api-key-env", "--max-wait-ms", "--max-group"]),
     ],
 )
 def test_each_subcommand_documents_its_flags(capsys: pytest.CaptureFixture[str], name: str, flags: list[str]) -> None:
@@ -83,6 +84,17 @@ def test_eval_names_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path:
 def test_build_test_model_needs_two_labels(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "build-test-model", "--out", str(tmp_path), "--num-labels", "1")
     assert code == 2 and "at least 2" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--num-labels", "two"], "invalid int value"), (["--multi-label"], "--multi-label needs --num-labels")],
+)
+def test_build_test_model_mistakes_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, "build-test-model", "--out", str(tmp_path), *flags)
+    assert code == 2 and message in err
 
 
 def test_bad_option_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,3 +199,25 @@ def test_serve_group_mistakes_are_named(
     code, _, err = run(capsys, "serve", *flags, "--print-command")
     assert code == 2
     assert message in err
+
+
+def test_serve_prints_the_mps_daemon_and_each_pinned_server(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text('#!/bin/sh\necho "GPU 0: NVIDIA H200"\necho "GPU 1: NVIDIA H200"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+    code, out, _ = run(
+        capsys, "serve", "--model", str(tmp_path), "--gpus", "all", "--servers-per-gpu", "2", "--mps", "--port", "8300",
+        "--print-command",
+    )  # fmt: skip
+    assert code == 0
+    daemon, *servers = out.strip().splitlines()
+    assert daemon.startswith("CUDA_MPS_PIPE_DIRECTORY=") and daemon.endswith("nvidia-cuda-mps-control -d")
+    pipe = shlex.split(daemon)[0]
+    pinned = [set(shlex.split(line)[:2]) for line in servers]
+    assert pinned == [{pipe, f"CUDA_VISIBLE_DEVICES={gpu}"} for gpu in (0, 0, 1, 1)]  # each joins the one daemon
+    ports = [shlex.split(line)[shlex.split(line).index("--port") + 1] for line in servers]
+    assert ports == ["8300", "8301", "8302", "8303"]

@@ -4,13 +4,15 @@ errors, micro-batching, the API key, metrics and the OpenAPI schema."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import httpx
 import pytest
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.serving.api import create_app
+from langchain_qwen_fast.errors import MissingDependencyError
+from langchain_qwen_fast.serving.api import create_app, serve_api
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from tests.support.fake_vllm import FakeVLLM, status
 
@@ -95,3 +97,13 @@ async def test_openapi_documents_the_route() -> None:
 async def test_malformed_bodies_are_rejected(body: dict[str, Any]) -> None:
     _, client = service(FakeVLLM())
     assert (await client.post("/v1/classify", json=body)).status_code == 422
+
+
+@pytest.mark.parametrize("missing", ["fastapi", "uvicorn"])
+def test_without_the_api_extra_the_service_names_it(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+    monkeypatch.setitem(sys.modules, missing, None)  # what `import` then does: ImportError
+    with pytest.raises(MissingDependencyError, match=rf"'api' extra \({missing} is missing\)"):
+        if missing == "fastapi":
+            create_app(QwenClassifier(labels=LABELS, base_url="http://vllm.test/v1"))
+        else:
+            serve_api("no-such-classifier.json")

@@ -1,0 +1,43 @@
+"""The server profiles and the rules for editing a flag list."""
+
+from __future__ import annotations
+
+import json
+
+from langchain_qwen_fast.serving.launcher import VLLMServer
+from langchain_qwen_fast.serving.profiles import PROFILES, SKIP_TOKENIZER, drop_flags
+
+
+def test_profiles_are_tuned_for_classification() -> None:
+    assert PROFILES["cpu"].env["VLLM_CPU_KVCACHE_SPACE"]
+    gpu = PROFILES["gpu"].args
+    # A KV cache sized for short prompts (not most of the card) and full CUDA graphs.
+    assert gpu[gpu.index("--kv-cache-memory-bytes") + 1] == "2G"
+    assert json.loads(gpu[gpu.index("--compilation-config") + 1]) == {"cudagraph_mode": "FULL"}
+    assert PROFILES["default"].args == ()  # vLLM's own defaults, for comparisons
+    for name in ("cpu", "gpu"):
+        assert "--enable-prefix-caching" in PROFILES[name].args
+
+
+def test_drop_flags_removes_flags_with_their_values() -> None:
+    gpu = list(PROFILES["gpu"].args)
+    kept = drop_flags(gpu, ["--compilation-config", "--disable-log-stats"])
+    assert "--compilation-config" not in kept and "--disable-log-stats" not in kept
+    assert not any("cudagraph_mode" in a for a in kept)
+    assert kept[kept.index("--kv-cache-memory-bytes") + 1] == "2G"
+    assert len(kept) == len(gpu) - 3
+
+
+def test_a_server_without_a_tokenizer_drops_the_flags_that_need_one() -> None:
+    command = VLLMServer("/m", profile="gpu", port=8000, extra_args=[SKIP_TOKENIZER]).command()
+    for flag in (
+        "--reasoning-parser",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "--structured-outputs-config",
+    ):
+        assert flag not in command
+    assert "qwen3" not in command[command.index("--served-model-name") + 2 :]  # the parser's value went too
+    kept = VLLMServer("/m", profile="gpu", port=8000).command()
+    assert "--reasoning-parser" in kept and SKIP_TOKENIZER not in kept
+    assert command[-1] == SKIP_TOKENIZER and "--compilation-config" in command and PROFILES["gpu"].args[0] in kept
