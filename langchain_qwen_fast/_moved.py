@@ -2,7 +2,8 @@
 
 ``import langchain_qwen_fast.samples`` (say) gives the very module object now at
 ``langchain_qwen_fast.testing.samples``: one object under both names, so patching either patches
-both. New code uses the new paths; this map is the one home of the old ones.
+both. An old package (``langchain_qwen_fast.server``) is a module that forwards every name to its
+new one. New code uses the new paths; this map is the one home of the old ones.
 """
 
 from __future__ import annotations
@@ -26,17 +27,29 @@ MOVED = {
 }
 
 
+def _is_package(name: str) -> bool:
+    return any(other.startswith(name + ".") for other in MOVED)
+
+
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old path in :data:`MOVED` and loads it as the module at its new path."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
-        is_package = any(other.startswith(fullname + ".") for other in MOVED)
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=is_package)
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=_is_package(fullname))
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return importlib.import_module(MOVED[spec.name])
+        target = MOVED[spec.name]
+        if not _is_package(spec.name):
+            return importlib.import_module(target)
+        # An old package gets a module of its own that forwards to the new one: importing an
+        # old submodule sets it as an attribute of its parent, which must not overwrite the
+        # new package's real submodule of the same name.
+        forward = ModuleType(spec.name, f"Moved to :mod:`{target}`.")
+        forward.__path__ = []
+        forward.__getattr__ = lambda name: getattr(importlib.import_module(target), name)  # type: ignore[method-assign]
+        return forward
 
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the module at the new path ran when it was imported."""
