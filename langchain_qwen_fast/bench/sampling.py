@@ -1,0 +1,211 @@
+"""What the host, its GPUs and the servers did while a benchmark ran: GPU utilisation and
+memory (``nvidia-smi``), the host's busy cores and their clock, the CPU time of the servers'
+processes by role (psutil), and vLLM's own per-stage request histograms (``/metrics``).
+
+Importing this module imports nothing heavy; psutil and httpx are imported where used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+class GpuSampler:
+    """Samples each GPU's utilisation and memory with ``nvidia-smi`` every 200 ms in the background."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int, float, float]] = []  # (time, GPU index, util %, memory MiB)
+        query = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+        self._proc = subprocess.Popen([*query, "-lms", "200"], stdout=subprocess.PIPE, text=True)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def available() -> bool:
+        """Whether ``nvidia-smi`` is on the PATH."""
+        return shutil.which("nvidia-smi") is not None
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            with contextlib.suppress(ValueError):
+                index, util, mem = line.split(",")[:3]
+                self.samples.append((time.perf_counter(), int(index), float(util), float(mem)))
+
+    def window(self, start: float, end: float) -> dict[str, Any]:
+        """See :func:`gpu_window`."""
+        return gpu_window(self.samples, start, end)
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._proc.terminate()
+
+
+def gpu_window(samples: Sequence[tuple[float, int, float, float]], start: float, end: float) -> dict[str, Any]:
+    """From ``(time, GPU index, util %, memory MiB)`` samples between ``start`` and ``end``
+    (perf_counter seconds): the mean utilisation over all GPUs and each GPU's own (an idle GPU
+    halves the mean of two), and the peak memory of any GPU."""
+    inside = [(g, u, m) for t, g, u, m in samples if start <= t <= end]
+    if not inside:
+        return {"gpu_util_mean_pct": None, "gpu_util_mean_pct_by_gpu": None, "gpu_mem_max_mib": None}
+    by_gpu: dict[int, list[float]] = {}
+    for g, u, _ in inside:
+        by_gpu.setdefault(g, []).append(u)
+    return {
+        "gpu_util_mean_pct": round(sum(u for _, u, _ in inside) / len(inside), 1),
+        "gpu_util_mean_pct_by_gpu": [round(sum(v) / len(v), 1) for _, v in sorted(by_gpu.items())],
+        "gpu_mem_max_mib": max(m for _, _, m in inside),
+    }
+
+
+def gpu_memory_mib() -> list[float]:
+    """Memory in use on each GPU, MiB (empty without nvidia-smi)."""
+    if not GpuSampler.available():
+        return []
+    query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+    out = subprocess.run(query, capture_output=True, text=True, check=False).stdout
+    return [float(x) for x in out.split()]
+
+
+def busy_and_clock(before: Sequence[Any], after: Sequence[Any], mhz: Sequence[float]) -> tuple[float, float | None]:
+    """Cores kept busy between two ``psutil.cpu_times(percpu=True)`` readings, and the mean
+    clock (MHz) of those cores weighted by how busy each was (None without one clock a core)."""
+    shares = []
+    for a, b in zip(before, after, strict=True):
+        total = sum(b) - sum(a)
+        idle = (b.idle - a.idle) + (getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0))
+        shares.append(max(0.0, min(1.0, (total - idle) / total)) if total > 0 else 0.0)
+    busy = sum(shares)
+    if len(mhz) != len(shares) or busy == 0:
+        return busy, None
+    return busy, sum(s * m for s, m in zip(shares, mhz, strict=True)) / busy
+
+
+class HostCpuSampler:
+    """Samples the whole host's busy cores and their clock (psutil) every ``interval`` seconds
+    in the background: servers and client share the host's cores, and a CPU's clock falls as
+    more of its cores work, so the same work takes longer on a busier host."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.samples: list[tuple[float, float | None]] = []  # (busy cores, busy-weighted MHz)
+        self._done = threading.Event()
+        self._interval = interval
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        before = self._psutil.cpu_times(percpu=True)
+        while not self._done.wait(self._interval):
+            after = self._psutil.cpu_times(percpu=True)
+            clocks = [f.current for f in self._psutil.cpu_freq(percpu=True) or []]
+            self.samples.append(busy_and_clock(before, after, clocks))
+            before = after
+
+    def stop(self) -> dict[str, float | None]:
+        """Stop sampling; the mean busy cores and busy-weighted MHz over the samples."""
+        self._done.set()
+        self._thread.join()
+        clocks = [m for _, m in self.samples if m is not None]
+        return {
+            "host_cores_busy": round(sum(b for b, _ in self.samples) / len(self.samples), 2) if self.samples else None,
+            "busy_core_mhz": round(sum(clocks) / len(clocks)) if clocks else None,
+        }
+
+
+def host_cpus() -> dict[str, int | None]:
+    """The host's logical CPUs and physical cores (two logical CPUs a core: busy processes
+    past the core count share a core's execution units)."""
+    try:
+        import psutil
+    except ImportError:
+        return {"logical": None, "physical": None}
+    return {"logical": psutil.cpu_count(), "physical": psutil.cpu_count(logical=False)}
+
+
+def server_cpu_seconds(pids: Sequence[int]) -> dict[str, float]:
+    """CPU seconds used so far by the servers whose API processes are ``pids`` and their
+    children, by role: the API process, the engine core (vLLM titles it ``VLLM::EngineCore``)
+    and any other. Empty without psutil or servers."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    totals = {"api_server": 0.0, "engine_core": 0.0, "other": 0.0}
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in procs:
+            try:
+                times, name = proc.cpu_times(), proc.name()
+            except psutil.Error:
+                continue
+            role = "engine_core" if "EngineCor" in name else "api_server" if proc.pid == pid else "other"
+            totals[role] += times.user + times.system
+    return totals if pids else {}
+
+
+def cores_between(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Cores each role kept busy between two :func:`server_cpu_seconds` readings ``seconds`` apart."""
+    return {role: round((after[role] - before[role]) / seconds, 2) for role in after if role in before}
+
+
+# vLLM's own request histograms (present unless --disable-log-stats): where a request's time goes.
+STAGE_HISTOGRAMS = {
+    "server_e2e": "vllm:e2e_request_latency_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+    "ttft": "vllm:time_to_first_token_seconds",
+}
+
+
+def histogram_totals(root_url: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each stage's histogram from ``/metrics``; empty when stats are off."""
+    import httpx
+
+    text = httpx.get(f"{root_url}/metrics", timeout=10).text
+    totals: dict[str, tuple[float, float]] = {}
+    for stage, metric in STAGE_HISTOGRAMS.items():
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            for part in ("_sum", "_count"):
+                if line.startswith(metric + part):
+                    values[part] = values.get(part, 0.0) + float(line.rsplit(" ", 1)[1])
+        if len(values) == 2:
+            totals[stage] = (values["_sum"], values["_count"])
+    return totals
+
+
+def stage_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Mean ms of each stage between two :func:`histogram_totals` readings."""
+    return {
+        stage: round((after[stage][0] - before[stage][0]) / (after[stage][1] - before[stage][1]) * 1000, 3)
+        for stage in after
+        if stage in before and after[stage][1] > before[stage][1]
+    }
+
+
+__all__ = [
+    "STAGE_HISTOGRAMS",
+    "GpuSampler",
+    "HostCpuSampler",
+    "busy_and_clock",
+    "cores_between",
+    "gpu_memory_mib",
+    "gpu_window",
+    "histogram_totals",
+    "host_cpus",
+    "server_cpu_seconds",
+    "stage_means",
+]
