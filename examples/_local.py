@@ -9,7 +9,7 @@ from pathlib import Path
 
 from langchain_qwen_fast.serving import DEFAULT_MODEL, VLLMServer, hub_model_available
 from langchain_qwen_fast.testing.tiny_model import build_test_model
-from langchain_qwen_fast.training.trainer import build_news_model
+from langchain_qwen_fast.training import build_news_model
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"

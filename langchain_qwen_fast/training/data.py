@@ -11,11 +11,37 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 from langchain_qwen_fast.testing.samples import AG_NEWS_INDEX, AG_NEWS_LABELS
+
+
+@dataclass(frozen=True)
+class LabelledFile:
+    """A labelled file and how to read it; each field has an ``eval`` and ``train`` flag of the
+    same name (``path`` is the positional argument)."""
+
+    path: str
+    #: the file's label values to the classifier's labels: ``1=World,2=Sports`` or JSON
+    label_map: str | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+
+    def check(self) -> None:
+        """Raise :class:`DataFileError` when there is no file at ``path``."""
+        if not Path(self.path).is_file():
+            raise DataFileError(f"no such file: {self.path}")
+
+    def read(self, labels: Sequence[str] | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+        """The (text, label) pairs and the label set, as :func:`labelled_items` gives them."""
+        self.check()
+        return labelled_items(
+            self.path, labels, self.label_map, text_column=self.text_column, label_column=self.label_column
+        )
 
 
 def parse_label_map(value: str | None) -> dict[str, str]:
@@ -23,15 +49,20 @@ def parse_label_map(value: str | None) -> dict[str, str]:
     if not value:
         return {}
     if value.lstrip().startswith("{"):
-        return {str(k): str(v) for k, v in json.loads(value).items()}
+        try:
+            mapping = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"a label map is not valid JSON ({exc}): {value!r}") from None
+        return {str(k): str(v) for k, v in mapping.items()}
     pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
     if any(len(pair) != 2 for pair in pairs):
-        raise ValueError(f"a label map must look like '1=World,2=Sports' or be JSON, got {value!r}")
+        raise ConfigurationError(f"a label map must look like '1=World,2=Sports' or be JSON, got {value!r}")
     return {k.strip(): v.strip() for k, v in pairs}
 
 
 def read_labelled(path: str | Path, text_column: str = "text", label_column: str = "label") -> list[tuple[str, str]]:
-    """(text, raw label) pairs from CSV (AG News layout or with a header) or JSONL."""
+    """(text, raw label) pairs from CSV (AG News layout or with a header) or JSONL.
+    :class:`DataFileError` names a missing column or a line that is not JSON."""
     path = Path(path)
 
     def text_of(row: dict[str, Any]) -> str:
@@ -40,16 +71,31 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
         return f"{row.get('title', '')}. {row.get('description', '')}"
 
     if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [(text_of(r), str(r[label_column])) for r in rows]
+        lines = enumerate(path.read_text().splitlines(), 1)
+        return [_jsonl_item(path, number, line, text_of, label_column) for number, line in lines if line.strip()]
     with path.open(newline="") as f:
         table = list(csv.reader(f))
     if table and table[0] and table[0][0].strip().isdigit():  # AG News: index, title, description
         return [(f"{r[1]}. {r[2]}", r[0].strip()) for r in table]
+    if not table:
+        raise DataFileError(f"{path} is empty")
     header, *body = table
     if label_column not in header:
-        raise ValueError(f"{path} has no {label_column!r} column (columns: {header})")
+        raise DataFileError(f"{path} has no {label_column!r} column (columns: {header})")
     return [(text_of(dict(zip(header, r))), r[header.index(label_column)]) for r in body]
+
+
+def _jsonl_item(
+    path: Path, number: int, line: str, text_of: Callable[[dict[str, Any]], str], label_column: str
+) -> tuple[str, str]:
+    """Line ``number`` of a JSONL file as (text, raw label)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataFileError(f"{path}:{number} is not JSON: {exc}") from None
+    if not isinstance(row, dict) or label_column not in row:
+        raise DataFileError(f"{path}:{number} has no {label_column!r} key")
+    return text_of(row), str(row[label_column])
 
 
 def labelled_items(
@@ -62,7 +108,7 @@ def labelled_items(
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """The file's (text, label) pairs with labels mapped, and the label set: ``labels`` when
     given, AG News's four for a file of AG News indices, else the file's labels sorted.
-    ``ValueError`` names labels in the file that the label set lacks."""
+    :class:`DataFileError` names labels in the file that the label set lacks."""
     rows = read_labelled(path, text_column, label_column)
     mapping = parse_label_map(label_map)
     raw = {label for _, label in rows}
@@ -73,7 +119,7 @@ def labelled_items(
     names = list(labels) if labels else default or sorted({label for _, label in items})
     unknown = sorted({label for _, label in items} - set(names))
     if unknown:
-        raise ValueError(f"labels in {path} that the label set lacks: {unknown}; give a label map")
+        raise DataFileError(f"labels in {path} that the label set lacks: {unknown}; give a label map")
     return items, names
 
 

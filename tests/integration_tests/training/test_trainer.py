@@ -20,15 +20,9 @@ from langchain_qwen_fast.calibration import apply_temperature
 from langchain_qwen_fast.cli import main
 from langchain_qwen_fast.serving.launcher import VLLMServer
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news
+from langchain_qwen_fast.training import TrainOptions, build_news_model, train
 from langchain_qwen_fast.training.data import write_labelled
-from langchain_qwen_fast.training.trainer import (
-    TrainOptions,
-    build_news_model,
-    load_tokenizer,
-    make_task,
-    score,
-    train,
-)
+from langchain_qwen_fast.training.tasks import load_tokenizer, make_task, score
 from tests.integration_tests.conftest import ROOT, record_seconds
 
 LABELS = list(AG_NEWS_LABELS)

@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news
-from langchain_qwen_fast.training.data import labelled_items, parse_label_map, read_labelled, write_labelled
+from langchain_qwen_fast.training.data import (
+    LabelledFile,
+    labelled_items,
+    parse_label_map,
+    read_labelled,
+    write_labelled,
+)
 
 
 def test_ag_news_layout_maps_indices_to_labels(tmp_path: Path) -> None:
@@ -51,3 +58,34 @@ def test_generated_news_is_balanced_reproducible_and_seeded() -> None:
     assert {label: sum(y == label for _, y in items) for label in AG_NEWS_LABELS} == dict.fromkeys(AG_NEWS_LABELS, 100)
     other = {t for t, _ in labelled_news(400, seed=1)}
     assert len(other & {t for t, _ in items}) < 20  # another seed: mostly other headlines
+
+
+def test_a_labelled_file_reads_as_its_fields_say(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"body": "a", "topic": "pos"}\n\n{"body": "b", "topic": "neg"}\n')
+    data = LabelledFile(str(path), label_map="pos=positive,neg=negative", text_column="body", label_column="topic")
+    assert data.read() == ([("a", "positive"), ("b", "negative")], ["negative", "positive"])
+    assert data.read(["positive", "negative"])[1] == ["positive", "negative"]
+
+
+def test_file_errors_are_typed_and_named(tmp_path: Path) -> None:
+    with pytest.raises(DataFileError, match="no such file"):
+        LabelledFile(str(tmp_path / "none.csv")).read()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "a", "label": "x"}\nnot json\n')
+    with pytest.raises(DataFileError, match=r"bad\.jsonl:2 is not JSON"):
+        read_labelled(bad)
+    bad.write_text('{"text": "a", "label": "x"}\n{"text": "b"}\n')
+    with pytest.raises(DataFileError, match=r"bad\.jsonl:2 has no 'label' key"):
+        read_labelled(bad)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(DataFileError, match="empty"):
+        read_labelled(empty)
+    path = write_labelled(tmp_path / "d.csv", [("a", "pos")])
+    with pytest.raises(DataFileError, match="lacks"):
+        labelled_items(path, ["neg"])
+    with pytest.raises(ConfigurationError, match="not valid JSON"):
+        parse_label_map("{1: World}")
+    with pytest.raises(ConfigurationError, match="label map"):
+        parse_label_map("1:World")

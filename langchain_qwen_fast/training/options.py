@@ -1,0 +1,79 @@
+"""What ``qwen-fast train`` does: :class:`TrainOptions`, one typed record with one field per
+option, and the rules about options that cannot work together.
+
+Light on purpose (no torch, no transformers): the command takes its defaults from here when it
+builds its parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from langchain_qwen_fast.errors import ConfigurationError
+
+Method = Literal["head", "sft"]
+Export = Literal["merged", "adapter", "generate"]
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How to fine-tune; every field but ``label_descriptions`` has a ``qwen-fast train`` flag
+    of the same name."""
+
+    method: Method
+    base_model: str
+    out: str
+    epochs: int = 3
+    batch_size: int = 16
+    #: None: 3e-5 for full fine-tuning, 2e-4 for LoRA
+    learning_rate: float | None = None
+    #: None: LoRA for sft, full fine-tuning for head
+    lora: bool | None = None
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    val_fraction: float = 0.1
+    #: epochs without a better validation macro-F1 before stopping
+    patience: int = 2
+    seed: int = 0
+    #: tokens kept of each text
+    max_text_tokens: int = 256
+    #: ``merged`` weights; a LoRA ``adapter`` (sft); or, for a head, ``generate``: the head
+    #: trained on the classifier's prompt and written into the output layer of a causal LM,
+    #: served by vLLM's generate runner as a generate-mode model
+    export: Export = "merged"
+    instructions: str | None = None
+    label_descriptions: dict[str, str] | None = None
+    #: the name the classifier asks for (``--served-model-name``, or the adapter's name)
+    served_model_name: str | None = None
+    resume: bool = False
+    #: ``cpu``, ``cuda``; None picks cuda where there is one
+    device: str | None = None
+    #: stop after this many optimiser steps in all (a time box; None: no limit)
+    max_steps: int | None = None
+    #: show a progress bar
+    progress: bool = True
+
+    @property
+    def uses_lora(self) -> bool:
+        """Whether LoRA adapters are trained."""
+        return self.method == "sft" if self.lora is None else self.lora
+
+    @property
+    def lr(self) -> float:
+        """The learning rate used."""
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 2e-4 if self.uses_lora else 3e-5
+
+    def check(self) -> None:
+        """Raise :class:`ConfigurationError` for an export these options cannot make (checked
+        before any model loads)."""
+        if self.method == "sft" and not self.uses_lora and self.export == "adapter":
+            raise ConfigurationError("--export adapter needs LoRA")
+        if self.method == "head" and self.export == "adapter":
+            raise ConfigurationError("a head model is exported merged or for the generate runner, not as an adapter")
+        if self.method == "sft" and self.export == "generate":
+            raise ConfigurationError(
+                "--export generate is for --method head (an SFT model is served by the generate runner)"
+            )

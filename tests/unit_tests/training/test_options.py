@@ -1,0 +1,36 @@
+"""TrainOptions: the defaults that follow from the method."""
+
+from __future__ import annotations
+
+import pytest
+
+from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.training import TrainOptions
+
+
+def test_lora_and_learning_rate_follow_the_method_unless_given() -> None:
+    sft = TrainOptions(method="sft", base_model="m", out="o")
+    head = TrainOptions(method="head", base_model="m", out="o")
+    assert (sft.uses_lora, sft.lr) == (True, 2e-4)
+    assert (head.uses_lora, head.lr) == (False, 3e-5)
+    assert TrainOptions(method="head", base_model="m", out="o", lora=True).lr == 2e-4
+    assert TrainOptions(method="sft", base_model="m", out="o", learning_rate=1e-3).lr == 1e-3
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"method": "head"},
+        {"method": "head", "export": "generate"},
+        {"method": "head", "lora": True},
+        {"method": "sft", "export": "adapter"},
+        {"method": "sft", "lora": False},
+    ],
+)
+def test_exports_that_can_work_pass_the_check(settings: dict) -> None:
+    TrainOptions(base_model="m", out="o", **settings).check()
+
+
+def test_an_export_that_cannot_work_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="needs LoRA"):
+        TrainOptions(method="sft", base_model="m", out="o", lora=False, export="adapter").check()

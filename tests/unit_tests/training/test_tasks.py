@@ -1,0 +1,52 @@
+"""What each method trains on: the prompt and answer tokens an SFT model is trained on (and a
+head for the generate runner reads), which must be exactly what the classifier sends and reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX, LabelSet, local_plan
+from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.training import TrainOptions
+from tests.support.fake_vllm import ToyTokenizer, toy_tokenize
+
+
+def test_sft_prompt_is_the_classifiers_prompt_and_targets_the_first_label_token() -> None:
+    tokenizer = ToyTokenizer()
+    plan = local_plan(LabelSet.build(["World", "Sports", "Business"]), tokenizer)
+    assert plan.scoring == "label_tokens"
+    (ids,) = plan.encode(["Stocks rally"])
+    assert ids == toy_tokenize(plan.render("Stocks rally"))
+    assert plan.render("Stocks rally").endswith("Stocks rally" + PROMPT_SUFFIX)
+    assert [plan.answer_tokens(i) for i in range(3)] == [(toy_tokenize(x)[0],) for x in ("World", "Sports", "Business")]
+
+
+def test_labels_sharing_tokens_train_on_every_label_token_and_the_end() -> None:
+    tokenizer = ToyTokenizer()
+    plan = local_plan(LabelSet.build(["tech", "tech news", "sport"]), tokenizer)
+    assert plan.scoring == "label_sequences"
+    end = toy_tokenize("<|im_end|>")[0]
+    assert plan.answer_tokens(0) == (*toy_tokenize("tech"), end)  # another label continues it
+    assert plan.answer_tokens(1) == tuple(toy_tokenize("tech news"))
+    assert plan.answer_tokens(2) == tuple(toy_tokenize("sport"))
+    with pytest.raises(ValueError, match="single-label"):
+        local_plan(LabelSet.build(["a", "b"], multi_label=True), tokenizer)
+
+
+def test_a_head_for_the_generate_runner_needs_labels_with_distinct_first_tokens() -> None:
+    import torch
+
+    from langchain_qwen_fast.training.tasks import HeadTask
+
+    options = TrainOptions(method="head", base_model="m", out="o", export="generate")
+    with pytest.raises(ConfigurationError, match="first tokens differ"):
+        HeadTask(options, ["tech", "tech news"], ToyTokenizer(), torch)
+    task = HeadTask(options, ["World", "Sports"], ToyTokenizer(), torch)
+    assert task.encode(["Stocks rally"]) == task.plan.encode(["Stocks rally"])  # the classifier's prompt
+
+
+def test_a_base_model_that_is_neither_a_directory_nor_a_hub_id_is_named() -> None:
+    from langchain_qwen_fast.training.tasks import load_tokenizer
+
+    with pytest.raises(ConfigurationError, match=r"no tokenizer\.json"):
+        load_tokenizer("/nonexistent/model")
