@@ -7,7 +7,7 @@ from typing import Any
 
 import openai
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils import secret_from_env
@@ -134,25 +134,18 @@ class ChatQwenFast(ChatOpenAI):
         )
 
     # -- retries: the transport's policy around the SDK's (retry-free) calls ----------------
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    # The messages, stop words and options pass through as LangChain gives them (by keyword);
+    # run_manager is named because LangChain hands a generation its callbacks only when the
+    # method has a parameter of that name.
+    def _generate(self, *args: Any, run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         retrying, _ = self._transport.retrying(_sdk_retryable)
-        return retrying(super()._generate, messages, stop, run_manager, **kwargs)
+        return retrying(super()._generate, *args, run_manager=run_manager, **kwargs)
 
     async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
+        self, *args: Any, run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any
     ) -> ChatResult:
         _, aretrying = self._transport.retrying(_sdk_retryable)
-        return await aretrying(super()._agenerate, messages, stop, run_manager, **kwargs)
+        return await aretrying(super()._agenerate, *args, run_manager=run_manager, **kwargs)
 
     # -- reasoning: split out, or stripped when thinking is off ----------------------------
     def _create_chat_result(self, response: dict | openai.BaseModel, generation_info: dict | None = None) -> ChatResult:

@@ -39,7 +39,7 @@ from langchain_qwen_fast.errors import (
     MissingDependencyError,
     QwenFastError,
 )
-from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool
+from langchain_qwen_fast.routing import BatchConfig, ClassifierRouter, classifier_tool
 
 # Per-item run bookkeeping in a big async batch is done in slices with a yield to the event
 # loop between them, so the loop keeps serving other tasks (the soak in
@@ -509,7 +509,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     def batch(
         self,
         inputs: Sequence[ClassifierInput],
-        config: RunnableConfig | list[RunnableConfig] | None = None,
+        config: BatchConfig = None,
         *,
         return_exceptions: bool = False,
         **kwargs: Any,
@@ -541,7 +541,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     async def abatch(
         self,
         inputs: Sequence[ClassifierInput],
-        config: RunnableConfig | list[RunnableConfig] | None = None,
+        config: BatchConfig = None,
         *,
         return_exceptions: bool = False,
         **kwargs: Any,
@@ -552,9 +552,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         """Async :meth:`batch`."""
         return _raise_unless(return_exceptions, await self._abatch(list(inputs), config, None))
 
-    async def _abatch(
-        self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None, group: int | None
-    ) -> list[Any]:
+    async def _abatch(self, inputs: list[Any], config: BatchConfig, group: int | None) -> list[Any]:
         if not inputs:
             return []
         shares = self._shares(inputs, config, group)
@@ -739,7 +737,7 @@ def _unobserved(config: RunnableConfig | Sequence[RunnableConfig] | None) -> boo
     return not get_callback_manager_for_config(ensure_config(configs[0] if configs else None)).handlers
 
 
-def _single(config: RunnableConfig | list[RunnableConfig] | None) -> RunnableConfig | None:
+def _single(config: BatchConfig) -> RunnableConfig | None:
     return None if isinstance(config, list) else config
 
 

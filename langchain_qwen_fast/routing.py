@@ -17,6 +17,9 @@ from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
 #: Anything that classifies like :class:`~langchain_qwen_fast.QwenClassifier`.
 Classifier = Runnable[ClassifierInput, Classification]
 
+#: A batch's config: one for every input, or one per input.
+BatchConfig = RunnableConfig | list[RunnableConfig] | None
+
 #: Metadata keys under which a branch (and every callback/trace) sees the routing decision.
 ROUTE_LABEL = "route_label"
 ROUTE_SCORES = "route_scores"
@@ -123,23 +126,13 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return (await self.abatch([input], config))[0]
 
     def batch(
-        self,
-        inputs: list[Any],
-        config: RunnableConfig | list[RunnableConfig] | None = None,
-        *,
-        return_exceptions: bool = False,
-        **kwargs: Any,
+        self, inputs: list[Any], config: BatchConfig = None, *, return_exceptions: bool = False, **kwargs: Any
     ) -> list[Any]:
         """Classify every input in grouped requests, then run each branch once over its share."""
         return self._batch_with_config(self._route, inputs, config, return_exceptions=return_exceptions)
 
     async def abatch(
-        self,
-        inputs: list[Any],
-        config: RunnableConfig | list[RunnableConfig] | None = None,
-        *,
-        return_exceptions: bool = False,
-        **kwargs: Any,
+        self, inputs: list[Any], config: BatchConfig = None, *, return_exceptions: bool = False, **kwargs: Any
     ) -> list[Any]:
         """Async :meth:`batch`."""
         return await self._abatch_with_config(self._aroute, inputs, config, return_exceptions=return_exceptions)

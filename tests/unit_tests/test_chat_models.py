@@ -7,7 +7,10 @@ from typing import Any
 
 import httpx
 import pytest
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_openai import ChatOpenAI
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from langchain_qwen_fast import ChatQwenFast
@@ -126,3 +129,25 @@ def test_retry_rule_is_the_packages(status: int, retried: bool) -> None:
     with pytest.raises(Exception, match="no"):
         chat.invoke("q")
     assert len(calls) == (3 if retried else 1)
+
+
+async def test_the_retrying_generation_hands_on_the_run_manager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LangChain gives a generation its callbacks' run manager only when the method names that
+    parameter; the retry wrapper names it and passes it on to ChatOpenAI's own generation."""
+    given: list[Any] = []
+    reply = ChatResult(generations=[ChatGeneration(message=AIMessage("Paris"))])
+
+    def generate(self: Any, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        given.append(run_manager)
+        return reply
+
+    async def agenerate(self: Any, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        given.append(run_manager)
+        return reply
+
+    monkeypatch.setattr(ChatOpenAI, "_generate", generate)
+    monkeypatch.setattr(ChatOpenAI, "_agenerate", agenerate)
+    chat = ChatQwenFast(base_url="http://chat.test/v1")
+    assert chat.invoke("q").content == "Paris"
+    assert (await chat.ainvoke("q")).content == "Paris"
+    assert [type(m) for m in given] == [CallbackManagerForLLMRun, AsyncCallbackManagerForLLMRun]
