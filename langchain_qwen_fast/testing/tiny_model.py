@@ -1,9 +1,10 @@
 """Build a Qwen3-architecture test model with random weights and the real Qwen vocabulary.
 
-Tests, CI and the offline demo reach no model hub, so they serve a model made here. It has the real Qwen3 byte-level BPE (151,643 ranks shipped in the ``dashscope``
-package as ``qwen.tiktoken``), the 26 Qwen3 special tokens at their real ids, and Qwen3's own
-chat template. Requests, token counts and (for a fixed output
-length) speed are those of the real model; the weights are random, so labels carry no meaning.
+Tests, CI and the offline demo reach no model hub, so they serve a model made here. It has
+the real Qwen3 byte-level BPE (151,643 ranks shipped in the ``dashscope`` package as
+``qwen.tiktoken``), the 26 Qwen3 special tokens at their real ids, and Qwen3's own chat
+template. Requests, token counts and (for a fixed output length) speed are those of the real
+model; the weights are random, so labels carry no meaning.
 
     qwen-fast build-test-model --size tiny --out .models/qwen3-tiny
 """
