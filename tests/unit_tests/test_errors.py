@@ -4,8 +4,9 @@ Each module is parsed and every ``raise`` checked: the class it names (looked up
 module's namespace, then among the names it imports inside functions), or the class a factory
 function says it returns, must derive from :class:`QwenFastError`. Allowed besides:
 a bare ``raise``, re-raising a variable (a caught error, an item's error handed back), the
-``AttributeError`` of a module-level ``__getattr__``, and under ``cli/`` what argparse itself
-expects (``SystemExit``, ``argparse.ArgumentTypeError``).
+``AttributeError`` of a module-level ``__getattr__``, under ``cli/`` what argparse itself
+expects (``SystemExit``, ``argparse.ArgumentTypeError``), and in the HTTP service FastAPI's
+``HTTPException``, which FastAPI turns into an HTTP answer: it never reaches a caller.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ def violations(tree: ast.Module, namespace: dict[str, Any], *, in_cli: bool) -> 
                 continue
             if in_cli and inspect.isclass(cls) and issubclass(cls, CLI_ALLOWED):
                 continue
+            if getattr(cls, "__name__", None) == "HTTPException" and "fastapi" in getattr(cls, "__module__", ""):
+                continue  # an HTTP answer of the service, made by FastAPI
             problems.append(f"line {node.lineno}: {ast.unparse(node)}  ({getattr(cls, '__name__', cls)})")
     return problems
 
