@@ -9,7 +9,6 @@ where used, so the command modules may read its names at parse time.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast._core.stats import percentile
+from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.bench.sampling import cores_between, server_cpu_seconds
-from langchain_qwen_fast.errors import MissingDependencyError
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, news_items
 
 #: The labels every benchmark classifies into.
@@ -30,13 +29,8 @@ FRESH_TEXTS_START = 10_000_000
 
 
 def require(*modules: str, extra: str = "bench") -> None:
-    """Raise :class:`MissingDependencyError` naming ``extra`` if any of ``modules`` cannot be
-    imported: checked before a run starts servers, not half-way through it."""
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        raise MissingDependencyError(
-            f"the benchmark needs {', '.join(missing)}: pip install 'langchain-qwen-fast[{extra}]'"
-        )
+    """The benchmark's extra check, before a run starts servers: see :func:`require_extra`."""
+    require_extra(extra, *modules, what="the benchmark")
 
 
 class FreshTexts:

@@ -7,7 +7,6 @@ classifier; :func:`render_report` is the report as text."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import time
 from collections.abc import Sequence
@@ -16,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast import calibration
 from langchain_qwen_fast._core.stats import percentile
-from langchain_qwen_fast.errors import ConfigurationError, MissingDependencyError
+from langchain_qwen_fast._extras import require_extra
+from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.evaluation.metrics import classification_metrics
 from langchain_qwen_fast.evaluation.options import EvalOptions
 from langchain_qwen_fast.evaluation.plots import plot_calibration, plot_confusion
@@ -29,13 +29,6 @@ if TYPE_CHECKING:
 NO_LABEL = "(none)"  # the prediction recorded for an abstained or failed item
 #: what the ``eval`` extra brings that the evaluation imports
 _EVAL_MODULES = ("sklearn", "scipy", "matplotlib", "tqdm")
-
-
-def _require_eval_extra() -> None:
-    """Raise :class:`MissingDependencyError` naming the ``eval`` extra when part of it is missing."""
-    missing = [name for name in _EVAL_MODULES if importlib.util.find_spec(name) is None]
-    if missing:
-        raise MissingDependencyError(f'evaluation needs {", ".join(missing)}: pip install "langchain-qwen-fast[eval]"')
 
 
 async def predict(classifier: QwenClassifier, texts: Sequence[str], chunk: int = 1024) -> tuple[list[Any], float]:
@@ -147,7 +140,7 @@ def evaluate(data: LabelledFile, options: EvalOptions) -> dict[str, Any]:
     :class:`MissingDependencyError` without the ``eval`` extra."""
     options.check()
     data.check()  # before the classifier (and LangChain) loads
-    _require_eval_extra()
+    require_extra("eval", *_EVAL_MODULES, what="evaluation")
     # Calibration is fitted on raw scores: no earlier temperature, no abstention.
     raw = {"temperature": 1.0, "abstain_below": None} if options.calibrate else {}
     classifier = classifier_for(options, **raw)

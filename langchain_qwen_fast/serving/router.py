@@ -3,7 +3,6 @@ load spread over them."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -13,7 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from langchain_qwen_fast.errors import ConfigurationError, ServerStartError
+from langchain_qwen_fast._extras import require_extra
+from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.serving.launcher import free_port
 from langchain_qwen_fast.serving.process_group import spawn_in_own_group, stop_group, wait_until_answering
 
@@ -95,8 +95,7 @@ class Router:
     def start(self) -> Router:
         """Start the router and wait until it answers ``/v1/models`` (stopping it if it fails)."""
         command = self.command()
-        if importlib.util.find_spec("vllm_router") is None:
-            raise ServerStartError("vllm-router is not installed: pip install 'langchain-qwen-fast[router]'")
+        require_extra("router", "vllm_router", what="the router")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self._process = spawn_in_own_group(command, self.log_path)

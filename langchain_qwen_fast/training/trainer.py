@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import math
 import random
@@ -21,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError, MissingDependencyError
+from langchain_qwen_fast._extras import require_extra
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 from langchain_qwen_fast.training.export import export
 from langchain_qwen_fast.training.options import TrainOptions
 from langchain_qwen_fast.training.tasks import HeadTask, SFTTask, load_tokenizer, make_task, score
@@ -53,13 +53,6 @@ def split(
         train += group[n:]
     rng.shuffle(train)
     return train, val
-
-
-def _require_train_extra() -> None:
-    """Raise :class:`MissingDependencyError` naming the ``train`` extra when part of it is missing."""
-    missing = [name for name in _TRAIN_MODULES if importlib.util.find_spec(name) is None]
-    if missing:
-        raise MissingDependencyError(f'training needs {", ".join(missing)}: pip install "langchain-qwen-fast[train]"')
 
 
 @dataclass
@@ -218,7 +211,7 @@ def train(
     :class:`DataFileError` for no training items, :class:`MissingDependencyError` without the
     ``train`` extra."""
     options.check()
-    _require_train_extra()
+    require_extra("train", *_TRAIN_MODULES, what="training")
     run = _start(items, labels, options)
     out = Path(options.out)
     checkpoint = out / _CHECKPOINT
