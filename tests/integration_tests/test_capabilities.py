@@ -5,6 +5,7 @@ dedup, caches and the Runnable protocol, with requests counted through the recor
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,9 +18,23 @@ from langchain_qwen_fast import Classification, QwenClassifier
 from langchain_qwen_fast._core.prompting import softmax
 from langchain_qwen_fast.caches import InMemoryCache
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from tests.integration_tests.conftest import SERVERS, served
 from tests.support.proxy import FaultProxy
 
 LABELS = list(AG_NEWS_LABELS)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _spawn_multi_head_server() -> None:
+    """The multi-label head server is this module's alone: spawned as the module starts, so that
+    it boots while the tests before the one that uses it run (that test is last)."""
+    SERVERS["multi_head_server_url"].spawn()
+
+
+@pytest.fixture(scope="module")
+def multi_head_server_url() -> Iterator[str]:
+    """A tiny random multi-label (sigmoid) Qwen3ForSequenceClassification, 4 classes, as ``qwen3-multi``."""
+    yield from served("multi_head_server_url")
 
 
 def sequence_logprob(server_url: str, prompt: str, label: str, end: bool) -> float:
@@ -106,20 +121,6 @@ def test_multi_label_generate_scores_are_yes_over_yes_and_no(proxy: FaultProxy, 
     assert all(p.startswith(shared) for p in request.body["prompt"][:4])
 
 
-def test_multi_label_head_uses_the_sigmoid_probabilities(multi_head_server_url: str) -> None:
-    classifier = QwenClassifier(
-        labels=LABELS, base_url=multi_head_server_url, model="qwen3-multi", mode="head", multi_label=True
-    )
-    texts = headlines(6)
-    results = classifier.batch(texts)
-    root = multi_head_server_url.removesuffix("/v1")
-    served = httpx.post(f"{root}/classify", json={"model": "qwen3-multi", "input": texts}).json()["data"]
-    for result, item in zip(results, served):
-        assert result.scores is not None and list(result.scores.values()) == pytest.approx(item["probs"], abs=1e-6)
-        assert not math.isclose(sum(item["probs"]), 1.0, abs_tol=1e-3)  # independent, not a softmax
-        assert result.labels == [x for x in LABELS if result.scores[x] >= 0.5]
-
-
 def test_hierarchical_labels(server_url: str) -> None:
     tree = {"Sports": ["Football", "Tennis"], "Business": ["Markets", "Deals"], "World": ["Europe", "Asia"]}
     classifier = QwenClassifier(labels=tree, base_url=server_url)
@@ -203,3 +204,18 @@ def test_tokens_and_text_prompts_agree_for_every_scoring(server_url: str, tiny_m
         by_text = QwenClassifier(base_url=server_url, **settings).batch(texts)
         by_ids = QwenClassifier(base_url=server_url, tokenizer_path=str(tiny_model), **settings).batch(texts)
         assert all(scores_close(a.scores, b.scores) for a, b in zip(by_text, by_ids)), settings
+
+
+# Last in this module: its server boots while the tests above run.
+def test_multi_label_head_uses_the_sigmoid_probabilities(multi_head_server_url: str) -> None:
+    classifier = QwenClassifier(
+        labels=LABELS, base_url=multi_head_server_url, model="qwen3-multi", mode="head", multi_label=True
+    )
+    texts = headlines(6)
+    results = classifier.batch(texts)
+    root = multi_head_server_url.removesuffix("/v1")
+    served = httpx.post(f"{root}/classify", json={"model": "qwen3-multi", "input": texts}).json()["data"]
+    for result, item in zip(results, served):
+        assert result.scores is not None and list(result.scores.values()) == pytest.approx(item["probs"], abs=1e-6)
+        assert not math.isclose(sum(item["probs"]), 1.0, abs_tol=1e-3)  # independent, not a softmax
+        assert result.labels == [x for x in LABELS if result.scores[x] >= 0.5]

@@ -156,6 +156,19 @@ def test_chosen_capability_rows_carry_the_servers_cpu_per_item(group: ServerGrou
         assert row.server_cores["engine_core"] > 0 and row.server_cores["api_server"] > 0
 
 
+def test_the_group_stops_every_process(group: ServerGroup) -> None:
+    """Last in this file: stops the module's group (its fixture's own stop is then a no-op)."""
+    pids = group.pids
+    assert len(pids) == 3  # two servers and the router, each its own process group
+    group.stop()
+    assert not group.running and group.pids == []
+    deadline = time.monotonic() + 20  # SIGKILLed workers are reaped by init a moment later
+    while any(group_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(group_alive(pid) for pid in pids)
+
+
+# After the group has stopped: these servers would otherwise make five on the machine at once.
 def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, tmp_path: Path) -> None:
     from langchain_qwen_fast.bench.latency_variants import latency_variants
     from langchain_qwen_fast.bench.measure import RunContext
@@ -170,15 +183,3 @@ def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, 
         assert "error" not in row, row
         assert row["raw_http_p50_ms"] > 0 and row["invoke_p50_ms"] > 0
     assert "--enable-prefix-caching" not in report["cpu profile, no prefix caching"]["flags"]
-
-
-def test_the_group_stops_every_process(group: ServerGroup) -> None:
-    """Last in this file: stops the module's group (its fixture's own stop is then a no-op)."""
-    pids = group.pids
-    assert len(pids) == 3  # two servers and the router, each its own process group
-    group.stop()
-    assert not group.running and group.pids == []
-    deadline = time.monotonic() + 20  # SIGKILLed workers are reaped by init a moment later
-    while any(group_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(group_alive(pid) for pid in pids)

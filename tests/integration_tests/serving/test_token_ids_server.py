@@ -16,18 +16,10 @@ from tests.integration_tests.conftest import NEWS_LABELS, served
 
 
 @pytest.fixture(scope="module")
-def ids_only_server_url(tiny_model: Path) -> Iterator[str]:
+def ids_only_server_url() -> Iterator[str]:
     """A server of the tiny model started with ``--skip-tokenizer-init``, for this module only
-    (conftest runs it before the head servers start). ``QWEN_FAST_TEST_IDS_ONLY_URL`` reuses
-    a running one."""
-    extra = ["--skip-tokenizer-init"]
-    yield from served(
-        "QWEN_FAST_TEST_IDS_ONLY_URL",
-        "test-ids-only-server.log",
-        lambda: tiny_model,
-        max_model_len=4096,
-        extra_args=extra,
-    )
+    (conftest runs it first, and spawns it with the shared servers)."""
+    yield from served("ids_only_server_url")
 
 
 CASES: dict[str, dict[str, Any]] = {
