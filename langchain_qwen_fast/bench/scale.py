@@ -213,10 +213,18 @@ def measure_subset(
 
 
 def router_against_client(
-    run: RunContext, urls: Sequence[str], model: str, tokenizer: str | None, items: int, policy: str, log_dir: Path
+    run: RunContext,
+    urls: Sequence[str],
+    model: str,
+    tokenizer: str | None,
+    items: int,
+    policy: str,
+    log_dir: Path,
+    single_requests: int = 200,
 ) -> dict[str, Any]:
     """The same load spread by the client over ``urls`` and sent to vLLM's router in front of
-    them (the client then sees one URL, so its in-flight count is set to the same total)."""
+    them (the client then sees one URL, so its in-flight count is set to the same total), and
+    the one-at-a-time p50 of each over ``single_requests`` requests."""
     from langchain_qwen_fast.classifiers import IN_FLIGHT_PER_REPLICA
     from langchain_qwen_fast.serving import Router
 
@@ -232,8 +240,8 @@ def router_against_client(
             row.setdefault(name, []).append(throughput(classifier, texts)["per_s"])
         one_url = f"router, client defaults (one URL: {IN_FLIGHT_PER_REPLICA} in flight)"
         row[one_url] = throughput(routed_default, texts)["per_s"]
-        row["router p50 ms"] = one_at_a_time_p50(run, routed, 200)
-    row["client p50 ms"] = one_at_a_time_p50(run, client_side, 200)
+        row["router p50 ms"] = one_at_a_time_p50(run, routed, single_requests)
+    row["client p50 ms"] = one_at_a_time_p50(run, client_side, single_requests)
     row["router_over_client"] = round(sum(row["router"]) / sum(row["client"]), 3)
     print(json.dumps(row), flush=True)
     return row

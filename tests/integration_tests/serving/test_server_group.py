@@ -97,10 +97,10 @@ def test_the_scale_benchmark_measures_the_group(
     from langchain_qwen_fast.bench.measure import RunContext, warm_classifier
 
     urls, tokenizer = group.base_urls, str(tiny_model)
-    monkeypatch.setattr(_processes, "MIN_ITEMS_PER_PROCESS", 64)  # 256 items reach both workers
+    monkeypatch.setattr(_processes, "MIN_ITEMS_PER_PROCESS", 64)  # 128 items reach both workers
     monkeypatch.setattr(bench, "SWEEP_GROUPS", (16, 32))  # a small grid: the sweep's steps, not its figures
     monkeypatch.setattr(bench, "SWEEP_IN_FLIGHT", (2,))
-    row = bench.measure_subset(urls, "qwen3", tokenizer, 256, group.pids[:2], sweep=True, processes=[2])
+    row = bench.measure_subset(urls, "qwen3", tokenizer, 128, group.pids[:2], sweep=True, processes=[2])
     default = row["default"][0]
     assert row["servers"] == 2 and default["per_s"] > 0
     assert [(c["batch_size"], c["max_concurrency"]) for c in row["sweep"]] == [(16, 4), (32, 4)]
@@ -115,13 +115,15 @@ def test_the_scale_benchmark_measures_the_group(
     assert spread["processes"] == 2 and len(spread["runs"]) == 2 and spread["over_one_process"] > 0
     # The parent only hands out shares: its own CPU per item is far below one process's.
     assert spread["runs"][0]["cores_busy"]["client"] < default["cores_busy"]["client"]
-    routed = bench.router_against_client(RunContext(), urls, "qwen3", tokenizer, 256, "round_robin", tmp_path)
+    routed = bench.router_against_client(
+        RunContext(), urls, "qwen3", tokenizer, 128, "round_robin", tmp_path, single_requests=5
+    )
     assert len(routed["client"]) == len(routed["router"]) == 2 and routed["router_over_client"] > 0
-    shape = bench.request_shape(urls[0], "qwen3", tokenizer, 256)
+    shape = bench.request_shape(urls[0], "qwen3", tokenizer, 64)
     assert len(shape["now"]) == len(shape["with allowed_token_ids"]) == 2
     load = warm_classifier(urls[:1], "qwen3", tokenizer)
-    texts = headlines(128)
-    profile = cpu_profile(group.pids[0], 3, lambda: asyncio.run(load.abatch(texts)), tmp_path)
+    texts = headlines(32)
+    profile = cpu_profile(group.pids[0], 2, lambda: asyncio.run(load.abatch(texts)), tmp_path)
     engine = next(p for p in profile if "EngineCore" in p)  # the engine core's samples, by function
     assert profile[engine]["samples"] > 0 and profile[engine]["inclusive_pct"]
 
@@ -176,7 +178,7 @@ def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, 
     variants = {"cpu profile": {}, "cpu profile, no prefix caching": {"drop": ["--enable-prefix-caching"]}}
     run = RunContext()
     report = latency_variants(
-        run, str(tiny_model), "qwen3", str(tiny_model), variants, tmp_path, base_profile="cpu", rounds=1, items=5
+        run, str(tiny_model), "qwen3", str(tiny_model), variants, tmp_path, base_profile="cpu", rounds=1, items=1
     )
     assert set(report) == set(variants)
     for row in report.values():
