@@ -29,6 +29,9 @@ LABELS = list(AG_NEWS_LABELS)
 TOPICS = ["politics", "sport", "money", "science"]  # a second label set, for a second adapter
 FINANCE = ["international", "athletics", "finance", "technology"]  # and a third
 PARITY = 1e-2
+#: Headlines a head learns from: it reaches the same held-out accuracy from 600 as from 1,200
+#: (1.0 either way on this generated data), in half the training time.
+HEAD_ITEMS = 600
 
 
 def _held_out() -> list[tuple[str, str]]:
@@ -64,8 +67,8 @@ def head_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, Any]]:
     options = TrainOptions(
         method="head", base_model=str(tiny_model), out=str(work / "head"), learning_rate=1e-3, progress=False
     )
-    report = train(labelled_news(1200, 0), LABELS, options)
-    record_seconds("train head (1,200 headlines)", report["train_seconds"])
+    report = train(labelled_news(HEAD_ITEMS, 0), LABELS, options)
+    record_seconds(f"train head ({HEAD_ITEMS} headlines)", report["train_seconds"])
     return work / "head", report
 
 
@@ -80,8 +83,8 @@ def head_generate_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, A
         learning_rate=1e-3,
         progress=False,
     )
-    report = train(labelled_news(1200, 0), LABELS, options)
-    record_seconds("train head for the generate runner (1,200 headlines)", report["train_seconds"])
+    report = train(labelled_news(HEAD_ITEMS, 0), LABELS, options)
+    record_seconds(f"train head for the generate runner ({HEAD_ITEMS} headlines)", report["train_seconds"])
     return work / "head-generate", report
 
 
@@ -213,8 +216,8 @@ def test_a_lora_head_learns_exports_merged_and_stops_early(
         patience=1,
         progress=False,
     )
-    report = train(labelled_news(1200, 0), LABELS, options)
-    record_seconds("train head with LoRA (1,200 headlines)", report["train_seconds"])
+    report = train(labelled_news(HEAD_ITEMS, 0), LABELS, options)
+    record_seconds(f"train head with LoRA ({HEAD_ITEMS} headlines)", report["train_seconds"])
     history = report["history"]
     # Early stopping: it ran until one epoch brought no better macro-F1 (or the epochs ran out).
     assert len(history) == min(options.epochs, report["best_epoch"] + options.patience)
