@@ -14,6 +14,7 @@ from langchain_qwen_fast.cli.main import main
 from langchain_qwen_fast.cli.options import options_from
 from langchain_qwen_fast.training import LabelledFile, TrainOptions
 from langchain_qwen_fast.training.data import write_labelled
+from tests.support.cli import parse_command
 
 #: every flag, each set to a value other than its default
 EVERY_FLAG = [
@@ -28,9 +29,7 @@ NO_FLAG = {"label_descriptions"}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    return parser.parse_args(argv)
+    return parse_command(command, argv)
 
 
 def test_every_flag_reaches_its_field() -> None:
