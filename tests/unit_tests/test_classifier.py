@@ -376,10 +376,16 @@ def test_head_with_the_wrong_number_of_classes_is_refused(fake: FakeVLLM) -> Non
 # -- replicas, keys, callbacks ----------------------------------------------------------------
 def test_replicas_take_turns_and_a_down_one_costs_a_retry(fake: FakeVLLM) -> None:
     urls = ["http://a.test/v1", "http://b.test/v1"]
-    classifier = make(fake, base_url=urls, batch_size=10)
+    # One request at a time, so that every pick is a tie on outstanding requests and the turn
+    # alone decides; with requests in flight the pick follows which server answers first.
+    classifier = make(fake, base_url=urls, batch_size=10, max_concurrency=1)
     classifier.batch(headlines(100))
     hosts = [httpx.URL(r.url).host for r in fake.calls("/v1/completions")]
+    assert all(a != b for a, b in zip(hosts, hosts[1:])), hosts
     assert abs(hosts.count("a.test") - hosts.count("b.test")) <= 1
+    fake.requests.clear()
+    make(fake, base_url=urls, batch_size=10).batch(headlines(100))
+    assert {httpx.URL(r.url).host for r in fake.calls("/v1/completions")} == {"a.test", "b.test"}
     fake.down_hosts.add("a.test")
     results = classifier.batch(headlines(100), return_exceptions=True)
     assert all(isinstance(r, Classification) for r in results)
