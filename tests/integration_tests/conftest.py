@@ -20,6 +20,8 @@ from tests.support.servers import PlannedServer
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"
 NEWS_LABELS = list(AG_NEWS_LABELS)
+#: The API key the reliability module's own server requires.
+RELIABILITY_KEY = "sk-reliability-7f3a9c"
 _startup_seconds: list[float] = []  # printed in the terminal summary
 _timings: list[tuple[str, float]] = []  # (what, seconds), printed in the terminal summary
 
@@ -53,25 +55,63 @@ SERVERS = {
         extra_args=["--skip-tokenizer-init"],
     ),
     # A tiny random multi-label (sigmoid) Qwen3ForSequenceClassification, 4 classes, for one
-    # module: spawned when that module starts, not with the others (memory).
+    # module (see _SPAWN_AHEAD).
     "multi_head_server_url": PlannedServer(
         "QWEN_FAST_TEST_MULTI_URL",
         _log("test-multi-head-server.log"),
         lambda: build_test_model(ROOT / ".models" / "qwen3-tiny-multi", "tiny", num_labels=4, multi_label=True),
         served_model_name="qwen3-multi",
     ),
+    # The reliability module's own server, requiring an API key: its crash test kills it and
+    # starts another in its place, so it is never one given by the environment.
+    "keyed_server": PlannedServer(None, _log("reliability-server.log"), _tiny, api_key=RELIABILITY_KEY),
 }
 #: Those spawned as soon as the tests are collected, when a collected test uses them.
 _SPAWN_AT_START = ("server_url", "head_server_url", "ids_only_server_url")
 
-#: Modules that start a server of their own and run first, while the shared servers are the only
-#: others: a 24 GiB machine holds about five small CPU servers (~4 GB each).
-_RUN_FIRST = ("test_token_ids_server.py",)
+#: The integration modules that run first, in this order (the others follow in theirs). The first
+#: starts a server of its own while the shared servers are the only others (a 24 GiB machine
+#: holds about five small CPU servers of ~4 GB each); the capability module runs before the
+#: group module, which starts four servers in turn, so that its own server is gone by then.
+_RUN_FIRST = (
+    "test_token_ids_server.py",
+    "test_processes.py",
+    "test_report.py",
+    "test_reliability.py",
+    "test_api.py",
+    "test_server.py",
+    "test_capabilities.py",
+)
+
+#: Servers of one module, spawned when an earlier module starts: a lone CPU server's start-up
+#: keeps one core busy importing and leaves the other to the tests running meanwhile.
+_SPAWN_AHEAD = {
+    "test_processes.py": ("keyed_server",),
+    "test_reliability.py": ("multi_head_server_url",),
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Those modules' tests first among the integration tests (the order is kept otherwise)."""
-    items.sort(key=lambda item: ("integration_tests" in item.path.parts, item.path.name not in _RUN_FIRST))
+    """The unit layer first, then the integration modules in :data:`_RUN_FIRST`, then the others
+    (the sort is stable: the tests of a module keep their order)."""
+
+    def rank(item: pytest.Item) -> tuple[bool, int]:
+        name = item.path.name
+        first = _RUN_FIRST.index(name) if name in _RUN_FIRST else len(_RUN_FIRST)
+        return "integration_tests" in item.path.parts, first
+
+    items.sort(key=rank)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Spawn the servers that :data:`_SPAWN_AHEAD` plans for the module this test is in, when
+    later tests that were collected use them (again for each test: spawning twice is a no-op)."""
+    planned = _SPAWN_AHEAD.get(item.path.name, ())
+    if planned:
+        used = {name for other in item.session.items for name in getattr(other, "fixturenames", ())}
+        for name in planned:
+            if name in used:
+                SERVERS[name].spawn()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -18,17 +18,10 @@ from langchain_qwen_fast import Classification, QwenClassifier
 from langchain_qwen_fast._core.prompting import softmax
 from langchain_qwen_fast.caches import InMemoryCache
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
-from tests.integration_tests.conftest import SERVERS, served
+from tests.integration_tests.conftest import served
 from tests.support.proxy import FaultProxy
 
 LABELS = list(AG_NEWS_LABELS)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _spawn_multi_head_server() -> None:
-    """The multi-label head server is this module's alone: spawned as the module starts, so that
-    it boots while the tests before the one that uses it run (that test is last)."""
-    SERVERS["multi_head_server_url"].spawn()
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,9 +14,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def example_command(name: str, *args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "examples" / name), *args]
+
+
 def run_example(name: str, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name), *args],
+        example_command(name, *args),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -22,6 +28,44 @@ def run_example(name: str, *args: str) -> str:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return done.stdout
+
+
+@dataclass
+class BackgroundExample:
+    process: subprocess.Popen[bytes]
+    work: Path
+    output: Path
+
+    def printed(self) -> str:
+        """What the example printed, once it has ended (the hang guard of :func:`run_example`)."""
+        code = self.process.wait(timeout=600)
+        printed = self.output.read_text()
+        assert code == 0, printed[-6000:]
+        return printed
+
+
+@pytest.fixture(scope="module", autouse=True)
+def accuracy_loop(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BackgroundExample | None]:
+    """The accuracy loop example, started as this module starts when its test was collected: it
+    trains and starts a server of its own, which keeps one core busy while the other examples
+    run on the other. Its test, last in the module, waits for it and reads what it wrote."""
+    if not any(item.name == "test_accuracy_loop_example" for item in request.session.items):
+        yield None
+        return
+    work = tmp_path_factory.mktemp("accuracy-loop")
+    output = work / "printed.txt"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            example_command("accuracy_loop.py", "--work", str(work)), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
+        )
+    try:
+        yield BackgroundExample(process, work, output)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=120)
 
 
 @pytest.mark.parametrize(
@@ -37,16 +81,6 @@ def run_example(name: str, *args: str) -> str:
 )
 def test_example_runs(server_url: str, name: str, expect: str) -> None:
     assert expect in run_example(name, "--base-url", server_url)
-
-
-def test_accuracy_loop_example(tiny_model: Path, tmp_path: Path) -> None:
-    """The README's four commands: train, serve, eval --calibrate --save-calibration, load."""
-    printed = run_example("accuracy_loop.py", "--work", str(tmp_path))
-    assert "calibrated classifier: temperature" in printed
-    saved = json.loads((tmp_path / "model" / "classifier.json").read_text())["config"]
-    report = json.loads((tmp_path / "eval" / "report.json").read_text())
-    assert saved["temperature"] == report["calibration"]["temperature"] != 1.0
-    assert report["accuracy"] >= 0.9  # trained on generated headlines, validated on others
 
 
 def test_classify_file_example(server_url: str, tmp_path: Path) -> None:
@@ -90,3 +124,14 @@ def test_classify_file_example_over_client_processes(server_url: str, news_texts
     assert "wrote 2100 rows" in printed and "(1 could not be classified)" in printed
     assert [r["text"] for r in rows] == texts
     assert rows[5]["label"] is None and "InvalidInputError" in rows[5]["error"]
+
+
+def test_accuracy_loop_example(accuracy_loop: BackgroundExample | None) -> None:
+    """The README's four commands: train, serve, eval --calibrate --save-calibration, load."""
+    assert accuracy_loop is not None
+    printed = accuracy_loop.printed()
+    assert "calibrated classifier: temperature" in printed
+    saved = json.loads((accuracy_loop.work / "model" / "classifier.json").read_text())["config"]
+    report = json.loads((accuracy_loop.work / "eval" / "report.json").read_text())
+    assert saved["temperature"] == report["calibration"]["temperature"] != 1.0
+    assert report["accuracy"] >= 0.9  # trained on generated headlines, validated on others

@@ -20,10 +20,11 @@ class PlannedServer:
     """One test server: its model (built on spawn), its settings and its log.
 
     ``env`` names a variable that, when set, gives the base URL of a server that is already
-    running: then nothing is started.
+    running: then nothing is started (None: always started here, for tests that need the
+    server's process itself).
     """
 
-    def __init__(self, env: str, log: Path, model: Callable[[], Path], **settings: Any) -> None:
+    def __init__(self, env: str | None, log: Path, model: Callable[[], Path], **settings: Any) -> None:
         self.env = env
         self.log = log
         self.model = model
@@ -34,7 +35,7 @@ class PlannedServer:
     @property
     def given(self) -> str | None:
         """The running server's URL that the environment names, if any."""
-        return os.environ.get(self.env) or None
+        return (os.environ.get(self.env) if self.env else None) or None
 
     def spawn(self) -> None:
         """Build the model and start the server's processes without waiting for them (again: a
@@ -56,6 +57,12 @@ class PlannedServer:
             self.server.wait_ready()
             self.startup_seconds = self.server.startup_seconds
         return self.server.base_url
+
+    def started(self) -> VLLMServer:
+        """The server itself once it answers ``/health`` (for a planned server with no ``env``)."""
+        self.url()
+        assert self.server is not None, f"{self.env} names a running server: there is no process here"
+        return self.server
 
     def stop(self) -> None:
         if self.server is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,22 +23,23 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
-from langchain_qwen_fast.serving.launcher import VLLMServer, free_port
-from tests.integration_tests.conftest import NEWS_LABELS
+from langchain_qwen_fast.serving.launcher import VLLMServer
+from tests.integration_tests.conftest import NEWS_LABELS, RELIABILITY_KEY, SERVERS
 from tests.integration_tests.reliability.soak import kill_mid_batch, load
 from tests.support.proxy import Fault, FaultProxy
 
-KEY = "sk-reliability-7f3a9c"  # the dedicated server below requires it
+KEY = RELIABILITY_KEY  # the module's own server requires it
 
 
 @pytest.fixture(scope="module")
-def keyed_server(tiny_model: Path) -> Iterator[dict[str, VLLMServer]]:
-    """A server of its own (the crash test kills it), requiring an API key."""
-    log = Path(__file__).resolve().parents[3] / "out" / "reliability-server.log"
-    log.parent.mkdir(exist_ok=True)
-    holder = {"server": VLLMServer(tiny_model, profile="cpu", port=free_port(), api_key=KEY, log_path=log).start()}
+def keyed_server() -> Iterator[dict[str, VLLMServer]]:
+    """A server of its own (the crash test kills it and starts another in its place), requiring
+    an API key; planned in the conftest, so that it boots while earlier modules run."""
+    planned = SERVERS["keyed_server"]
+    holder = {"server": planned.started()}
     yield holder
     holder["server"].stop()
+    planned.stop()
 
 
 def make(url: str, **kwargs: Any) -> QwenClassifier:
