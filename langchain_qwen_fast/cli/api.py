@@ -10,7 +10,7 @@ DESCRIPTION = """\
 Serve a saved classifier over HTTP, for clients in any language:
 
     qwen-fast api models/news --base-url http://127.0.0.1:8000/v1 --port 8080
-    curl -s localhost:8080/v1/classify -d '{"input": "Stocks rally as rates fall"}'
+    curl -s localhost:8080/v1/classify -H 'content-type: application/json' -d '{"input": "Stocks rally"}'
 
 POST /v1/classify takes {"input": "one text"} or {"input": ["a", "b", ...]} and answers each
 text's labels, probabilities and abstention; a list keeps each bad item's error in its place.

@@ -1,12 +1,16 @@
 """``qwen-fast api``: an HTTP classification service over a classifier, for any language.
 
     qwen-fast api models/news --base-url http://127.0.0.1:8000/v1 --port 8080
-    curl -s localhost:8080/v1/classify -d '{"input": "Stocks rally as rates fall"}'
+    curl -s localhost:8080/v1/classify -H 'content-type: application/json' -d '{"input": "Stocks rally"}'
 
 * ``POST /v1/classify`` takes ``{"input": "one text"}`` or ``{"input": ["a", "b", ...]}`` and
   answers each text's labels, probabilities and abstention. A list answers 200 with each bad
   item's error in its place; a single text that fails answers with the error's status (422 for
   bad input, 502/504 when the vLLM server failed).
+* Every error answer is ``{"error": {"type", "message"}}``. The OpenAPI document (``/openapi.json``)
+  states each constraint the service enforces and each status it answers, so that clients
+  generated from it agree with the service; ``tests/unit_tests/serving/test_api_schema.py`` fuzzes
+  the service from it.
 * Single-text requests that arrive together (within ``max_wait_ms``, up to ``max_group``) are
   classified in one grouped request to vLLM: many clients each sending one text get batch
   throughput.
@@ -19,13 +23,17 @@ ASGI application. Needs the ``api`` extra (FastAPI, uvicorn, prometheus-client).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route functions'
-# annotations at runtime, and they name classes defined inside create_app.
+# annotations at runtime, and they name classes imported inside create_app.
 import hmac
 import time
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from langchain_qwen_fast import __version__
+from langchain_qwen_fast._core.prompting import Scoring
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.classifiers import QwenClassifier
 from langchain_qwen_fast.errors import (
@@ -65,6 +73,90 @@ def result_body(result: Classification | BaseException) -> dict[str, Any]:
     return result.model_dump(mode="json", exclude_none=True)
 
 
+#: A character that is not whitespace by ``str.isspace``, what ``validate_text`` strips: a text
+#: must hold one. Spelled out, not ``\\S``, since each regex engine (ECMAScript, Rust, Python) has
+#: its own ``\\s``; a unit test checks it against every code point.
+NON_BLANK = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+
+#: What each error status means, as the OpenAPI document says it.
+_ERROR_STATUSES = {
+    400: "The body could not be read: not UTF-8 text (type BadRequest)",
+    401: "The API key is missing or wrong (type Unauthorized)",
+    422: "The request breaks the schema, or its one text cannot be classified: too long for the vLLM "
+    "server's context beside the prompt (types InvalidInputError, ContextLengthError)",
+    500: "The service itself failed on the text (a bug)",
+    502: "The vLLM server failed or answered what no label reads "
+    "(types ServerConnectionError, ServerStatusError, ResponseFormatError, LabelParseError, ...)",
+    504: "The vLLM server did not answer in time (type ServerTimeoutError)",
+}
+
+Text = Annotated[
+    str,
+    Field(
+        min_length=1,
+        pattern=NON_BLANK,
+        description="One text, with at least one character that is not whitespace. It must also fit in "
+        "the vLLM server's context beside the prompt, a token count that no schema can state: a longer "
+        "one is answered 422 ContextLengthError.",
+    ),
+]
+
+
+class ClassifyRequest(BaseModel):
+    """The body of POST /v1/classify."""
+
+    input: Text | list[str] = Field(
+        description="One text, or a list of texts answered 200 in order, each with its result or, when it "
+        "cannot be classified (empty, whitespace only, too long), its error in its place"
+    )
+
+
+class Error(BaseModel):
+    type: str = Field(description="The error's kind, e.g. InvalidInputError or ServerStatusError")
+    message: str = Field(description="What went wrong, in words")
+
+
+class ErrorResponse(BaseModel):
+    """Every error answer's body."""
+
+    error: Error
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+def _answer_models(label_names: list[str]) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The answers to one text and to a list, for the OpenAPI document: the classifier's labels
+    are their labels' enum."""
+    LabelName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(label_names)})]
+    Probability = Annotated[float, Field(ge=0, le=1)]
+
+    class Classification(BaseModel):
+        label: LabelName | None = Field(
+            default=None, description="The chosen label; absent when abstained, or when no label passed"
+        )
+        labels: list[LabelName] = Field(description="Every chosen label (several under multi-label)")
+        scores: dict[LabelName, Probability] | None = Field(
+            default=None, description="Each label's probability; absent under constrained choice"
+        )
+        abstained: bool = Field(description="The best probability was under the classifier's abstain_below")
+        scoring: Scoring = Field(description="How the labels were read")
+        multi_label: bool = Field(description="Several labels may apply")
+        path: list[LabelName] | None = Field(default=None, description="Hierarchical labels: each level's label")
+        path_scores: list[dict[LabelName, Probability]] | None = Field(
+            default=None, description="Hierarchical labels: each level's probabilities"
+        )
+
+    class OneResult(BaseModel):
+        result: Classification = Field(description="The answer for the one text")
+
+    class ListResults(BaseModel):
+        results: list[Classification | ErrorResponse] = Field(description="One answer per text, in order")
+
+    return OneResult, ListResults
+
+
 def create_app(
     classifier: QwenClassifier,
     *,
@@ -75,11 +167,13 @@ def create_app(
     """The FastAPI application serving ``classifier`` (see the module docstring)."""
     try:
         from fastapi import Depends, FastAPI, HTTPException, Request
+        from fastapi.exceptions import RequestValidationError
         from fastapi.responses import JSONResponse, Response
+        from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+        from starlette.exceptions import HTTPException as StarletteHTTPException
     except ImportError as exc:
         raise _missing_api_extra(exc) from exc
-    from pydantic import BaseModel, Field
 
     registry = CollectorRegistry()
     requests = Counter("qwen_fast_requests", "HTTP requests to /v1/classify", ["kind", "status"], registry=registry)
@@ -89,31 +183,30 @@ def create_app(
     groups = Histogram("qwen_fast_group_size", "Texts per grouped vLLM call", buckets=_GROUP_BUCKETS, registry=registry)
     errors = Counter("qwen_fast_item_errors", "Items answered with an error", ["type"], registry=registry)
     batcher = MicroBatcher(classifier, max_wait=max_wait_ms / 1000, max_group=max_group, on_group=groups.observe)
+    one_result, list_results = _answer_models(classifier.label_names)
+    keyed = api_key is not None
+    bearer = HTTPBearer(auto_error=False, description="The service's API key, as a bearer token")
 
-    class ClassifyRequest(BaseModel):
-        input: str | list[Any] = Field(description="One text, or a list of texts")
+    def authorise(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        given = credentials.credentials if credentials is not None else ""
+        if api_key is not None and not hmac.compare_digest(given.encode(), api_key.encode()):
+            raise HTTPException(
+                status_code=401, detail="missing or wrong API key", headers={"WWW-Authenticate": "Bearer"}
+            )
 
-    class Item(BaseModel):
-        label: str | None = None
-        labels: list[str] | None = None
-        scores: dict[str, float] | None = None
-        abstained: bool | None = None
-        scoring: str | None = None
-        multi_label: bool | None = None
-        path: list[str] | None = None
-        path_scores: list[dict[str, float]] | None = None
-        error: dict[str, str] | None = Field(default=None, description="The item's typed error, instead of a result")
+    guarded = [Depends(authorise)] if keyed else []
 
-    class ClassifyResponse(BaseModel):
-        result: Item | None = Field(default=None, description="The answer for a single text")
-        results: list[Item] | None = Field(default=None, description="One answer per text, in order")
-
-    def authorise(request: Request) -> None:
-        if api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-            raise HTTPException(status_code=401, detail="missing or wrong API key")
+    def errors_for(*statuses: int) -> dict[int | str, dict[str, Any]]:
+        declared = {status: {"model": ErrorResponse, "description": _ERROR_STATUSES[status]} for status in statuses}
+        if keyed:
+            declared[401] = {
+                "model": ErrorResponse,
+                "description": _ERROR_STATUSES[401],
+                "headers": {
+                    "WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer: send the key so"}
+                },
+            }
+        return dict(sorted(declared.items()))
 
     app = FastAPI(
         title="qwen-fast classification service",
@@ -121,18 +214,49 @@ def create_app(
         version=__version__,
     )
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
+    # Every error the service answers has one shape, {"error": {"type", "message"}}, whatever
+    # raised it: a body that breaks the request schema, a missing key, an unknown path.
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        requests.labels("invalid", "422").inc()
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors())
+        return JSONResponse({"error": {"type": "InvalidInputError", "message": problems}}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = HTTPStatus(exc.status_code).phrase.replace(" ", "")
+        body = {"error": {"type": kind, "message": str(exc.detail)}}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    @app.get("/health", response_model=Health)
+    async def health() -> Any:
         """The service is up (it does not call the vLLM server)."""
         return {"status": "ok"}
 
-    @app.get("/metrics", dependencies=[Depends(authorise)])
+    @app.get(
+        "/metrics",
+        dependencies=guarded,
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The metrics in the Prometheus text exposition format",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            **errors_for(),
+        },
+    )
     async def metrics() -> Response:
         """Prometheus metrics: requests, latency, group sizes, item errors."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
-    async def classify(body: ClassifyRequest, _: None = Depends(authorise)) -> Any:
+    @app.post(
+        "/v1/classify",
+        dependencies=guarded,
+        response_model=one_result | list_results,
+        response_description="The one text's result, or each listed text's result or error, in order",
+        responses=errors_for(400, 422, 500, 502, 504),
+    )
+    async def classify(body: ClassifyRequest) -> Any:
         """Classify one text or a list; a list keeps each bad item's error in its place."""
         start = time.perf_counter()
         if isinstance(body.input, list):

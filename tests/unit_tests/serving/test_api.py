@@ -71,6 +71,7 @@ async def test_api_key_guards_classify_and_metrics() -> None:
     assert (await client.get("/metrics")).status_code == 401
     wrong = await client.post("/v1/classify", json={"input": "x"}, headers={"authorization": "Bearer nope"})
     assert wrong.status_code == 401 and "sk-service-7" not in wrong.text
+    assert wrong.json()["error"]["type"] == "Unauthorized" and wrong.headers["www-authenticate"] == "Bearer"
     ok = await client.post("/v1/classify", json={"input": "x"}, headers={"authorization": "Bearer sk-service-7"})
     assert ok.status_code == 200
     assert (await client.get("/health")).json() == {"status": "ok"}
@@ -93,10 +94,14 @@ async def test_openapi_documents_the_route() -> None:
     assert "/v1/classify" in schema["paths"] and "World" in schema["info"]["description"]
 
 
-@pytest.mark.parametrize("body", [{}, {"input": 3}, {"text": "x"}])
+@pytest.mark.parametrize("body", [{}, {"input": 3}, {"text": "x"}, {"input": ""}, {"input": ["a", 3]}])
 async def test_malformed_bodies_are_rejected(body: dict[str, Any]) -> None:
-    _, client = service(FakeVLLM())
-    assert (await client.post("/v1/classify", json=body)).status_code == 422
+    fake = FakeVLLM()
+    _, client = service(fake)
+    answer = await client.post("/v1/classify", json=body)
+    assert answer.status_code == 422 and answer.json()["error"]["type"] == "InvalidInputError"
+    assert "input" in answer.json()["error"]["message"] and fake.calls("/v1/completions") == []
+    assert 'qwen_fast_requests_total{kind="invalid",status="422"} 1.0' in (await client.get("/metrics")).text
 
 
 @pytest.mark.parametrize("missing", ["fastapi", "uvicorn"])

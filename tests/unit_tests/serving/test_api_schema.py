@@ -1,0 +1,90 @@
+"""The service's OpenAPI document tells the truth. Requests generated from its own
+``/openapi.json`` (schemathesis), sent in process to the app over the canned vLLM with the API
+key on, each get a status the document declares for the operation, a body valid against that
+status's schema and the declared content type; valid requests are accepted, invalid ones
+rejected, a request without the key refused, and none is answered 5xx. The document's rule for
+a blank text is the classifier's, code point by code point, and the vLLM server's failures
+answer as the document says too."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import jsonschema_rs
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast.classification import validate_text
+from langchain_qwen_fast.errors import InvalidInputError
+from langchain_qwen_fast.serving.api import NON_BLANK, create_app
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
+from tests.support.fake_vllm import FakeVLLM, raw, status, timeout
+from tests.support.openapi import call_and_check
+
+KEY = "sk-schema-5"
+AUTHORISED = {"Authorization": f"Bearer {KEY}"}
+
+
+def app_over(fake: FakeVLLM) -> Any:
+    classifier = QwenClassifier(
+        labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1", http_transport=fake.transport, max_retries=0
+    )
+    return create_app(classifier, api_key=KEY, max_wait_ms=1)
+
+
+schema = schemathesis.openapi.from_asgi("/openapi.json", app_over(FakeVLLM()))
+
+
+@schema.parametrize()
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+def test_every_answer_matches_the_document(case: schemathesis.Case) -> None:
+    call_and_check(case, AUTHORISED)
+
+
+def test_the_blank_text_rule_is_the_classifiers_at_every_code_point() -> None:
+    document = schema.raw_schema["components"]["schemas"]["ClassifyRequest"]["properties"]["input"]["anyOf"][0]
+    assert document["pattern"] == NON_BLANK and document["minLength"] == 1
+    python = re.compile(NON_BLANK)
+    rust = jsonschema_rs.validator_for(document)  # the validator schemathesis checks answers with
+    disagree = []
+    for point in range(sys.maxunicode + 1):
+        char = chr(point)
+        if 0xD800 <= point <= 0xDFFF:  # lone surrogates: not Unicode text, refused as such
+            continue
+        try:
+            validate_text(char)
+            accepted = True
+        except InvalidInputError:
+            accepted = False
+        if len({accepted, bool(python.search(char)), rust.is_valid(char)}) > 1:
+            disagree.append(hex(point))
+    assert disagree == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [(status(503, message="overloaded"), 502), (status(400), 502), (raw(b"{not json"), 502), (timeout(), 504)],
+)
+def test_a_vllm_failure_answers_as_the_document_says(fault: Any, code: int) -> None:
+    fake = FakeVLLM()
+    failing = schemathesis.openapi.from_asgi("/openapi.json", app_over(fake))
+    case = failing["/v1/classify"]["POST"].Case(body={"input": "Stocks rally"})
+    call_and_check(case, AUTHORISED, excluded_checks=[not_a_server_error])  # the set-up, while vLLM is up
+    fake.fail("/v1/completions", fault)
+    response = call_and_check(case, AUTHORISED, excluded_checks=[not_a_server_error])
+    assert response.status_code == code
+
+
+def test_the_document_names_the_key_metrics_format_and_labels_as_served() -> None:
+    keyless = create_app(QwenClassifier(labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1")).openapi()
+    for document, keyed in [(schema.raw_schema, True), (keyless, False)]:
+        classify, metrics = document["paths"]["/v1/classify"]["post"], document["paths"]["/metrics"]["get"]
+        assert ("401" in classify["responses"]) == ("401" in metrics["responses"]) == ("security" in classify) == keyed
+        assert list(metrics["responses"]["200"]["content"]) == ["text/plain"]
+        label = document["components"]["schemas"]["Classification"]["properties"]["labels"]["items"]
+        assert label["enum"] == list(AG_NEWS_LABELS)
