@@ -31,6 +31,7 @@ from langchain_qwen_fast.testing.samples import news_items
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.serving import ProfileName
+    from langchain_qwen_fast.serving.profiles import Frontend
 
 #: the sweep: prompts per request x requests in flight per server
 SWEEP_GROUPS = (128, 256)
@@ -47,6 +48,7 @@ class ScaleOptions:
     gpus: str | None = None  # "all" or indices such as "0,1"; None: every GPU there is (none: CPU servers)
     servers_per_gpu: int = 1
     profile: ProfileName = "auto"
+    frontend: Frontend = "python"
     model_name: str = "qwen3"
     tokenizer: str | None = None
     subsets: tuple[int, ...] = ()
@@ -354,6 +356,7 @@ def run_scale(options: ScaleOptions) -> dict[str, Any]:
     report: dict[str, Any] = {
         **header(options.label),
         "servers_per_gpu": options.servers_per_gpu,
+        "frontend": options.frontend,
         "server_args": list(options.server_args),
         "items": options.items,
     }
@@ -371,6 +374,7 @@ def run_scale(options: ScaleOptions) -> dict[str, Any]:
         mps=options.mps,
         log_dir=out / "logs",
         profile=options.profile,
+        frontend=options.frontend,
         served_model_name=options.model_name,
         extra_args=list(options.server_args),
     )

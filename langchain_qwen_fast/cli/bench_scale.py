@@ -12,6 +12,7 @@ from langchain_qwen_fast.bench.scale import ScaleOptions
 from langchain_qwen_fast.bench.variants import PROFILE_CHOICES
 from langchain_qwen_fast.cli.options import defaults, options_from
 from langchain_qwen_fast.serving import ROUTER_POLICIES
+from langchain_qwen_fast.serving.profiles import FRONTENDS
 
 DESCRIPTION = """\
 Independent servers on the GPUs, side by side in one run.
@@ -53,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", help="'all' or indices such as 0,1 (default: every GPU there is; none: CPU servers)")
     parser.add_argument("--servers-per-gpu", type=int, help="servers on each GPU (default: %(default)s)")
     parser.add_argument("--profile", choices=PROFILE_CHOICES, help="the servers' flag set (default: %(default)s)")
+    parser.add_argument(
+        "--frontend", choices=FRONTENDS, help="vLLM's HTTP frontend, as qwen-fast serve takes it (default: %(default)s)"
+    )
     parser.add_argument("--model-name", help="served model name (default: %(default)s)")
     parser.add_argument("--tokenizer", help="the model's tokenizer for token-id prompts (default: MODEL)")
     parser.add_argument("--subsets", type=counts, help="numbers of servers to spread over, e.g. 1,2,4 (default: all)")

@@ -21,6 +21,7 @@ from langchain_qwen_fast.serving import (
     VLLMServer,
     parse_gpus,
 )
+from langchain_qwen_fast.serving.profiles import FRONTENDS
 
 DESCRIPTION = (
     "Start vLLM's OpenAI-compatible server with a profile of flags chosen for short classification "
@@ -45,6 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["auto", *PROFILES],
         default="auto",
         help="flag set: gpu, cpu, or default (vLLM's own); auto picks gpu where nvidia-smi sees one",
+    )
+    p.add_argument(
+        "--frontend",
+        choices=FRONTENDS,
+        default="python",
+        help="vLLM's HTTP frontend: python (its API server) or rust (vllm/vllm-rs, through vllm serve; one prompt "
+        "a request; flags it refuses are dropped, those it ignores named; server/README.md). Default: %(default)s",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 picks a free one)")
@@ -113,6 +121,7 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
     """What ``serve``'s flags set on each server."""
     return ServerSettings(
         profile=args.profile,
+        frontend=args.frontend,
         served_model_name=args.served_model_name,
         max_model_len=args.max_model_len,
         api_key=args.api_key,
@@ -147,16 +156,21 @@ def _command_lines(server: VLLMServer | ServerGroup) -> list[str]:
     """The shell lines that would start ``server``: for a group, the MPS daemon, each server
     with the variables that pin it, and the router."""
     if isinstance(server, VLLMServer):
-        return [shlex.join(server.command())]
+        return [_with_env(server.command_env, server.command())]
     lines = []
     if server.mps:
-        lines.append(" ".join([*(f"{k}={v}" for k, v in server.mps.env.items()), "nvidia-cuda-mps-control -d"]))
+        lines.append(_with_env(server.mps.env, ["nvidia-cuda-mps-control", "-d"]))
     for one in server.servers:
         env = {k: v for k, v in one.env.items() if k in ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY")}
-        lines.append(" ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(one.command())]))
+        lines.append(_with_env({**one.command_env, **env}, one.command()))
     if server.router:
         lines.append(shlex.join(server.router.command()))
     return lines
+
+
+def _with_env(env: dict[str, str], command: list[str]) -> str:
+    """``command`` as one shell line, after the variables it needs."""
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(command)])
 
 
 def _run_in_foreground(server: VLLMServer | ServerGroup, urls_file: str | None) -> int:

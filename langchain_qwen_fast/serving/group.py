@@ -39,7 +39,8 @@ class ServerGroup:
     takes. ``router`` (a vllm-router policy, e.g. ``round_robin``) also starts vLLM's router in
     front of them; ``url`` is then its single URL. ``mps`` runs the servers under NVIDIA's
     Multi-Process Service (:class:`~langchain_qwen_fast.serving.mps.MPSDaemon`). ``settings``
-    are each server's :class:`~langchain_qwen_fast.serving.VLLMServer` options."""
+    are each server's :class:`~langchain_qwen_fast.serving.VLLMServer` options
+    (``frontend="rust"``: every server serves HTTP with vLLM's Rust frontend)."""
 
     def __init__(
         self,
@@ -91,8 +92,9 @@ class ServerGroup:
     def __repr__(self) -> str:
         router = f", router={self.router.policy!r}" if self.router else ""
         mps = ", MPS" if self.mps else ""
+        frontend = ", Rust frontend" if self.servers[0].frontend == "rust" else ""
         model = self.servers[0].model
-        return f"ServerGroup({len(self.servers)} servers of {model!r}{router}{mps}, logs in {self.log_dir})"
+        return f"ServerGroup({len(self.servers)} servers of {model!r}{frontend}{router}{mps}, logs in {self.log_dir})"
 
     @property
     def base_urls(self) -> list[str]:

