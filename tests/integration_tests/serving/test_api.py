@@ -1,18 +1,23 @@
 """The HTTP service on a real socket in front of the real vLLM server (through the proxy):
-concurrent single-text clients grouped, bad input, an outage mid-load, the key, save/load."""
+concurrent single-text clients grouped, bad input, an outage mid-load, the key, save/load, and
+requests generated from its own OpenAPI document each answered as the document says."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.serving.api import BackgroundService, create_app
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from tests.support.openapi import call_and_check
 from tests.support.proxy import Fault, FaultProxy
 
 
@@ -88,3 +93,31 @@ def test_served_from_a_saved_configuration(classifier: QwenClassifier, tmp_path:
     with service_for(loaded) as service, httpx.Client(base_url=service.url) as http:
         answer = http.post("/v1/classify", json={"input": "Shares slide"}).json()["result"]
     assert answer["label"] == classifier.invoke("Shares slide").label
+
+
+SCHEMA_KEY = "sk-api-schema-9"
+# The document of a service over these labels with a key, which the service below serves (its
+# fixture checks): schemathesis needs the document when the module loads, before any fixture.
+document = schemathesis.openapi.from_dict(
+    create_app(
+        QwenClassifier(labels=list(AG_NEWS_LABELS), base_url="http://127.0.0.1:9/v1"), api_key=SCHEMA_KEY
+    ).openapi()
+)
+
+
+@pytest.fixture
+def keyed_service(classifier: QwenClassifier) -> Iterator[BackgroundService]:
+    """The service in front of the real server, key on; it serves ``document`` word for word."""
+    with service_for(classifier, api_key=SCHEMA_KEY) as service:
+        assert httpx.get(f"{service.url}/openapi.json").json() == document.raw_schema
+        yield service
+
+
+@document.parametrize()
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+def test_fuzzed_from_its_own_document_every_answer_matches_it(
+    case: schemathesis.Case, keyed_service: BackgroundService
+) -> None:
+    # The checks are the unit layer's (tests/support/openapi.py), here with the real server
+    # behind: declared status, body and content type; valid accepted, invalid refused; no 5xx.
+    call_and_check(case, {"Authorization": f"Bearer {SCHEMA_KEY}"}, keyed_service.url)
