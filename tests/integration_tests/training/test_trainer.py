@@ -32,6 +32,8 @@ PARITY = 1e-2
 #: Headlines a head learns from: it reaches the same held-out accuracy from 600 as from 1,200
 #: (1.0 either way on this generated data), in half the training time.
 HEAD_ITEMS = 600
+#: The trained head's server: its key and what the summary calls it.
+HEAD_SERVER = ("trained-head", "trained head")
 
 
 def _held_out() -> list[tuple[str, str]]:
@@ -63,12 +65,14 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def head_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, Any]]:
+def head_model(tiny_model: Path, work: Path, servers: OneServerAtATime) -> tuple[Path, dict[str, Any]]:
+    """A head, trained; its server is spawned right away and boots while the learning tests run."""
     options = TrainOptions(
         method="head", base_model=str(tiny_model), out=str(work / "head"), learning_rate=1e-3, progress=False
     )
     report = train(labelled_news(HEAD_ITEMS, 0), LABELS, options)
     record_seconds(f"train head ({HEAD_ITEMS} headlines)", report["train_seconds"])
+    servers.spawn(*HEAD_SERVER, work / "head", served_model_name="news-head")
     return work / "head", report
 
 
@@ -118,20 +122,32 @@ def adapters(sft_model: tuple[Path, dict[str, Any]], work: Path) -> dict[str, Pa
 
 
 class OneServerAtATime:
-    """Starts the server a test asks for and stops the one before: with the session's own
-    servers up, three more at once would crowd 2 cores and 24 GiB. Tests using the same
-    server sit together in this file."""
+    """Starts the server a test asks for and stops the one before: with the shared servers up,
+    three more at once would crowd 2 cores and 24 GiB. Tests using the same server sit together
+    in this file. A server can be spawned ahead (``spawn``), so that the next model trains while
+    it boots."""
 
     def __init__(self) -> None:
         self.key: str | None = None
         self.server: VLLMServer | None = None
+        self.what = ""
+        self.ready = False
 
-    def url(self, key: str, model: Path, what: str, **settings: Any) -> str:
-        if self.key != key or self.server is None:
-            self.close()
-            log = ROOT / "out" / f"test-{key}-server.log"
-            self.server = VLLMServer(model, profile="cpu", log_path=log, **settings).start()
-            self.key = key
+    def spawn(self, key: str, what: str, model: Path, **settings: Any) -> None:
+        if self.key == key and self.server is not None:
+            return
+        self.close()
+        log = ROOT / "out" / f"test-{key}-server.log"
+        self.server = VLLMServer(model, profile="cpu", log_path=log, **settings)
+        self.server.spawn()
+        self.key, self.what, self.ready = key, what, False
+
+    def url(self, key: str, what: str, model: Path, **settings: Any) -> str:
+        self.spawn(key, what, model, **settings)
+        assert self.server is not None
+        if not self.ready:
+            self.server.wait_ready()
+            self.ready = True
             record_seconds(f"vLLM start-up, {what}", self.server.startup_seconds or 0.0)
         return self.server.base_url
 
@@ -149,19 +165,24 @@ def servers() -> Iterator[OneServerAtATime]:
 
 
 @pytest.fixture
-def head_url(servers: OneServerAtATime, head_model: tuple[Path, dict[str, Any]]) -> str:
-    return servers.url("trained-head", head_model[0], "trained head", served_model_name="news-head")
+def head_url(servers: OneServerAtATime, head_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest) -> str:
+    request.getfixturevalue("head_generate_model")  # the next model trains while this server boots
+    return servers.url(*HEAD_SERVER, head_model[0], served_model_name="news-head")
 
 
 @pytest.fixture
-def head_generate_url(servers: OneServerAtATime, head_generate_model: tuple[Path, dict[str, Any]]) -> str:
-    return servers.url("head-generate", head_generate_model[0], "head for the generate runner")
+def head_generate_url(
+    servers: OneServerAtATime, head_generate_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
+) -> str:
+    servers.spawn("head-generate", "head for the generate runner", head_generate_model[0])
+    request.getfixturevalue("adapters")  # the adapters train while this server boots
+    return servers.url("head-generate", "head for the generate runner", head_generate_model[0])
 
 
 @pytest.fixture
 def lora_url(servers: OneServerAtATime, sft_model: tuple[Path, dict[str, Any]], adapters: dict[str, Path]) -> str:
     """The SFT stand-in as ``qwen3`` and both adapters beside it, on one server."""
-    return servers.url("lora", sft_model[0], "SFT model + 2 LoRA adapters", lora=adapters)
+    return servers.url("lora", "SFT model + 2 LoRA adapters", sft_model[0], lora=adapters)
 
 
 # -- learning, on CPU --------------------------------------------------------------------------
