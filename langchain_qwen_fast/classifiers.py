@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import json
 import threading
@@ -49,6 +50,10 @@ _RUNS_PER_SLICE = 512
 #: requests queued while the client builds and parses others; more only wait in the server's
 #: queue. The sweeps behind the choice are in docs/benchmarks.md.
 IN_FLIGHT_PER_REPLICA = 8
+#: The same for a server that takes one prompt a request (vLLM's Rust frontend): every prompt
+#: is a request of its own, so as many are in flight as a grouped load has prompts in flight
+#: (the measurements are in docs/benchmarks.md).
+ONE_PROMPT_IN_FLIGHT_PER_REPLICA = 256
 _SAVED_FORMAT = "langchain-qwen-fast/classifier"
 _SAVED_VERSION = 1
 
@@ -120,7 +125,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     requests of 128 and a small one still uses every replica)."""
     max_concurrency: int | None = Field(default=None, ge=1)
     """Requests in flight in ``batch``/``abatch`` unless the run config sets
-    ``max_concurrency``. None (default): 8 per replica in ``base_url``."""
+    ``max_concurrency``. None (default): 8 per replica in ``base_url``, or 256 per replica
+    where the server takes one prompt a request (vLLM's Rust frontend: each prompt is a
+    request of its own)."""
     abstain_below: float | None = Field(default=None, gt=0, lt=1)
     """If set, a best-label probability below it gives an abstained result (label None)."""
     temperature: float = Field(default=1.0, gt=0)
@@ -161,7 +168,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     _aplan_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = PrivateAttr(
         default_factory=weakref.WeakKeyDictionary
     )
-    _ainvoke_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = PrivateAttr(
+    _ainvoke_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, asyncio.Semaphore]] = PrivateAttr(
         default_factory=weakref.WeakKeyDictionary
     )
     _processes: ClientProcesses | None = PrivateAttr(default=None)
@@ -210,7 +217,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             api_key=self.api_key.get_secret_value() if self.api_key else None,
             timeout=self.timeout,
             retry=RetryPolicy(max_attempts=self.max_retries + 1, deadline=self.retry_deadline),
-            pool_size=max(self.max_concurrency or 0, IN_FLIGHT_PER_REPLICA * len(urls), 16),
+            # Room for the most requests in flight of either kind of server: connections are
+            # opened only as requests need them.
+            pool_size=max(self.max_concurrency or 0, ONE_PROMPT_IN_FLIGHT_PER_REPLICA * len(urls)),
             http_transport=self.http_transport,
         )
         thresholds = self.threshold if isinstance(self.threshold, dict) else dict.fromkeys(flat, self.threshold)
@@ -380,7 +389,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if self._plans is None:
             with self._plan_lock:
                 if self._plans is None:
-                    self._plans = drive(self._transport, self._procedure.setup_steps(), self._concurrency(None))
+                    plans = drive(self._transport, self._procedure.setup_steps(), self._concurrency(None))
+                    self._plans = self._fit_transport(plans)
         return self._plans
 
     async def _aget_plans(self) -> dict[Node, ClassifierPlan]:
@@ -389,16 +399,32 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             lock = self._aplan_locks.setdefault(loop, asyncio.Lock())
             async with lock:
                 if self._plans is None:
-                    self._plans = await adrive(self._transport, self._procedure.setup_steps(), self._concurrency(None))
+                    plans = await adrive(self._transport, self._procedure.setup_steps(), self._concurrency(None))
+                    self._plans = self._fit_transport(plans)
         return self._plans
+
+    def _fit_transport(self, plans: dict[Node, ClassifierPlan]) -> dict[Node, ClassifierPlan]:
+        """``plans``, with the transport fitted to the server they were learnt from: where it
+        takes one prompt a request, many small requests go in flight, and aiohttp sends those
+        at a fraction of httpx's CPU per request (docs/benchmarks.md)."""
+        if not plans[()].takes_prompt_lists:
+            self._transport.use_aiohttp()
+        return plans
 
     # -- classification: one procedure for sync and async ------------------------------
     def _concurrency(self, config: RunnableConfig | Sequence[RunnableConfig] | None) -> int:
         """Requests in flight: the run config's ``max_concurrency``, else the classifier's,
-        else ``IN_FLIGHT_PER_REPLICA`` for each replica."""
+        else :meth:`_default_in_flight`."""
         first = config[0] if isinstance(config, Sequence) and config else config
         value = first.get("max_concurrency") if isinstance(first, Mapping) else None
-        return int(value or self.max_concurrency or IN_FLIGHT_PER_REPLICA * self._transport.replicas.count)
+        return int(value or self.max_concurrency or self._default_in_flight())
+
+    def _default_in_flight(self) -> int:
+        """``IN_FLIGHT_PER_REPLICA`` for each replica, ``ONE_PROMPT_IN_FLIGHT_PER_REPLICA``
+        once the set-up found a server that takes one prompt a request."""
+        one_prompt = self._plans is not None and not self._plans[()].takes_prompt_lists
+        per_replica = ONE_PROMPT_IN_FLIGHT_PER_REPLICA if one_prompt else IN_FLIGHT_PER_REPLICA
+        return per_replica * self._transport.replicas.count
 
     def _selected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str | Exception] | None:
         """Each input's selected examples, rendered, or the error selecting them raised (that
@@ -477,19 +503,22 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     async def ainvoke(
         self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Classification:
-        # At most a connection pool's worth of calls do their set-up at once: a thousand
+        # At most a batch's worth of requests in flight do their set-up at once: a thousand
         # simultaneous calls would otherwise all run their set-up back to back before any
-        # awaited the network, holding the event loop; only the pool's worth can be in flight.
+        # awaited the network, holding the event loop, and no more would be in flight at once.
         """Async :meth:`invoke`."""
         async with self._ainvoke_gate():
             return await self._ainvoke(input, config)
 
     def _ainvoke_gate(self) -> asyncio.Semaphore:
+        # A gate made before the set-up learnt that the server takes one prompt a request
+        # gives way to a wider one.
         loop = asyncio.get_running_loop()
-        gate = self._ainvoke_gates.get(loop)
-        if gate is None:
-            gate = self._ainvoke_gates[loop] = asyncio.Semaphore(self._transport.pool_size)
-        return gate
+        size = max(16, self.max_concurrency or 0, self._default_in_flight())
+        known = self._ainvoke_gates.get(loop)
+        if known is None or known[0] != size:
+            known = self._ainvoke_gates[loop] = (size, asyncio.Semaphore(size))
+        return known[1]
 
     async def _ainvoke(self, input: ClassifierInput, config: RunnableConfig | None) -> Classification:
         config = ensure_config(config)
@@ -524,6 +553,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             return []
         shares = self._shares(inputs, config, group)
         if shares is not None:
+            self._try_setup()
             lost = shares.lost_inputs(shares.pool.classify(shares.texts, self._concurrency(config), shares.parts))
             return shares.results(self._classify(lost, config) if lost else [])
         if _unobserved(config):
@@ -557,6 +587,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
             return []
         shares = self._shares(inputs, config, group)
         if shares is not None:
+            await self._atry_setup()
             outcomes = await shares.pool.aclassify(shares.texts, self._concurrency(config), shares.parts)
             lost = shares.lost_inputs(outcomes)
             return shares.results(await self._aclassify(lost, config) if lost else [])
@@ -599,9 +630,8 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     ) -> Iterator[tuple[int, Classification | Exception]]:
         """Yield ``(index, result)`` as each group of ``batch_size`` inputs lands: the same
         grouped requests as :meth:`batch`, with results as soon as their group is done."""
-        in_flight = self._concurrency(_first(config))
-        chunks = _chunks(list(inputs), config, self.batch_size or group_size(len(inputs), in_flight))
-        workers = max(1, min(in_flight, len(chunks)))
+        self._try_setup()
+        chunks, workers = self._as_completed_chunks(inputs, config)
         with ThreadPoolExecutor(workers, thread_name_prefix="qwen-fast-group") as pool:
             futures = {pool.submit(self._batch_results, part, cfg, len(part)): start for start, part, cfg in chunks}
             for future in as_completed(futures):
@@ -619,9 +649,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         **kwargs: Any,
     ) -> AsyncIterator[tuple[int, Classification | Exception]]:
         """Async :meth:`batch_as_completed`."""
-        in_flight = self._concurrency(_first(config))
-        chunks = _chunks(list(inputs), config, self.batch_size or group_size(len(inputs), in_flight))
-        gate = asyncio.Semaphore(in_flight)
+        await self._atry_setup()
+        chunks, at_once = self._as_completed_chunks(inputs, config)
+        gate = asyncio.Semaphore(at_once)
 
         async def run(start: int, part: list[Any], cfg: Any) -> tuple[int, list[Any]]:
             async with gate:
@@ -638,6 +668,32 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         finally:
             for task in tasks:
                 task.cancel()
+
+    def _as_completed_chunks(
+        self, inputs: Sequence[Any], config: RunnableConfig | Sequence[RunnableConfig] | None
+    ) -> tuple[list[tuple[int, list[Any], Any]], int]:
+        """The groups :meth:`batch_as_completed` classifies (start, inputs, config) and how
+        many run at once. Against a server that takes one prompt a request, each group's
+        prompts are requests of their own: the groups running at once share the requests in
+        flight between them."""
+        in_flight = self._concurrency(_first(config))
+        chunks = _chunks(list(inputs), config, self.batch_size or group_size(len(inputs), in_flight))
+        at_once = max(1, min(in_flight, len(chunks)))
+        if self._plans is not None and not self._plans[()].takes_prompt_lists:
+            share = max(1, in_flight // at_once)
+            chunks = [(start, part, _with_concurrency(cfg, share)) for start, part, cfg in chunks]
+        return chunks, at_once
+
+    def _try_setup(self) -> None:
+        """The set-up, done now where it can be, before the requests in flight are counted
+        (their default depends on what it learns); its failure reaches each item later."""
+        with contextlib.suppress(Exception):
+            self._get_plans()
+
+    async def _atry_setup(self) -> None:
+        """Async :meth:`_try_setup`."""
+        with contextlib.suppress(Exception):
+            await self._aget_plans()
 
     def close(self) -> None:
         """Close the pooled sync connections and stop any client processes (both come back
@@ -735,6 +791,13 @@ def _unobserved(config: RunnableConfig | Sequence[RunnableConfig] | None) -> boo
     if any(c and c.get("callbacks") for c in configs):
         return False
     return not get_callback_manager_for_config(ensure_config(configs[0] if configs else None)).handlers
+
+
+def _with_concurrency(config: Any, in_flight: int) -> Any:
+    """``config`` (one config or a list of them) with ``max_concurrency`` set to ``in_flight``."""
+    if isinstance(config, list):
+        return [{**(c or {}), "max_concurrency": in_flight} for c in config]
+    return {**(config or {}), "max_concurrency": in_flight}
 
 
 def _single(config: BatchConfig) -> RunnableConfig | None:

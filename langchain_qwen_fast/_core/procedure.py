@@ -91,22 +91,47 @@ class Procedure:
 
     # -- set-up -----------------------------------------------------------------------------
     def setup_steps(self) -> Steps[dict[Node, ClassifierPlan]]:
-        """Every node's plan, learnt from the server."""
+        """Every node's plan, learnt from the server, and whether the server takes a list of
+        prompts in one request (the first probe finds out; see :meth:`_probe_steps`)."""
         served = vllm_api.parse_models(_raise_any((yield [vllm_api.models_call()]))[0])
         if self.model not in served:
             where = ", ".join(self.servers) or "the server"
             raise QwenFastError(f"model {self.model!r} is not served at {where}; it serves {sorted(served)}")
         plans = {}
+        lists = _Lists()
         for node, label_set in self.label_sets.items():
             if self.mode == "head":
-                plan = yield from self._head_plan_steps(label_set, served[self.model])
+                plan = yield from self._head_plan_steps(label_set, served[self.model], lists)
             else:
-                plan = yield from self._generate_plan_steps(label_set, served[self.model])
+                plan = yield from self._generate_plan_steps(label_set, served[self.model], lists)
             if self.tokenizer is not None:
                 plan = plan.with_tokenizer(self.tokenizer)
                 yield from self._check_tokenizer_steps(plan)
             plans[node] = plan
-        return plans
+        if lists.taken is None:  # no plan needed a probe (constrained choice): one for this alone
+            yield from self._probe_steps(plans[()], 0, lists)
+        return {node: dataclasses.replace(plan, takes_prompt_lists=bool(lists.taken)) for node, plan in plans.items()}
+
+    def _probe_steps(self, plan: ClassifierPlan, step: int, lists: _Lists) -> Steps[Any]:
+        """The server's reply to a one-prompt request for ``step``, learning on the way whether
+        it takes a list of prompts in one request. vLLM's Python API server does; its Rust
+        frontend refuses a list with HTTP 400 and answers the same prompt sent alone, so a
+        refused list whose prompt is then answered alone means one prompt a request from then
+        on. Once learnt (``lists``), a probe is asked in that form only."""
+        prompt = self._probe_prompt(plan, step)
+        alone = dataclasses.replace(plan, takes_prompt_lists=False)
+        ask = alone if lists.taken is False else plan
+        reply = (yield [vllm_api.classify_call(ask, self.model, step, [prompt])])[0]
+        if lists.taken is None and _is_request_error(reply):
+            single = (yield [vllm_api.classify_call(alone, self.model, step, [prompt])])[0]
+            if isinstance(single, Exception):
+                raise reply  # refused alone too: the list was not what it refused
+            lists.taken = False
+            return single
+        _raise_any([reply])
+        if lists.taken is None:
+            lists.taken = True
+        return reply
 
     def _tokenize(self, texts: Sequence[str]) -> Steps[list[list[int]]]:
         if self.tokenizer is not None:
@@ -123,7 +148,7 @@ class Procedure:
             return plan.render("probe", step)
         return plan.with_tokenizer(self.tokenizer).encode(["probe"], step)[0]
 
-    def _generate_plan_steps(self, labels: LabelSet, max_model_len: int) -> Steps[ClassifierPlan]:
+    def _generate_plan_steps(self, labels: LabelSet, max_model_len: int, lists: _Lists) -> Steps[ClassifierPlan]:
         scoring: Any
         paths: tuple[tuple[int, ...], ...] = ()
         text_prompts_work = True
@@ -159,8 +184,8 @@ class Procedure:
             return _constrained_choice(plan)
         # vLLM versions differ: ask for the answer tokens' logprobs and see if they come back.
         k = vllm_api.probe_step(plan)
-        probe = vllm_api.classify_call(plan, self.model, k, [self._probe_prompt(plan, k)])
-        if vllm_api.probe_has_logprob_token_ids(plan, _raise_any((yield [probe]))[0]):
+        probe = yield from self._probe_steps(plan, k, lists)
+        if vllm_api.probe_has_logprob_token_ids(plan, probe):
             return plan
         if scoring == "label_sequences":  # top-k logprobs cannot score every node's tokens
             return _constrained_choice(plan)
@@ -185,7 +210,7 @@ class Procedure:
         by_path = {s.path: t for s, t in zip(inner, texts, strict=True)}
         return tuple(dataclasses.replace(s, path_text=by_path.get(s.path, "")) for s in steps)
 
-    def _head_plan_steps(self, labels: LabelSet, max_model_len: int) -> Steps[ClassifierPlan]:
+    def _head_plan_steps(self, labels: LabelSet, max_model_len: int, lists: _Lists) -> Steps[ClassifierPlan]:
         plan = ClassifierPlan(
             label_set=labels,
             scoring="head",
@@ -196,7 +221,16 @@ class Procedure:
             max_model_len=max_model_len or 4096,
             has_logprob_token_ids=False,
         )
-        probe = _raise_any((yield [vllm_api.classify_call(plan, self.model, 0, [self._probe_prompt(plan)])]))[0]
+        try:
+            probe = yield from self._probe_steps(plan, 0, lists)
+        except ServerStatusError as exc:
+            if exc.status_code != 404:
+                raise
+            raise ServerStatusError(
+                f"{exc}: the server serves no /classify there, which head mode needs (vLLM's Python API "
+                "server with the head model; vLLM's Rust frontend answers 404 to /classify)",
+                status_code=404,
+            ) from None
         classes = vllm_api.parse_num_classes(probe)
         if classes != len(labels.labels):
             raise QwenFastError(
@@ -372,9 +406,11 @@ class Procedure:
         for body in bodies:
             for k, step in enumerate(plan.steps):
                 kinds.setdefault(step.allowed, []).append((body, k))
+        # A server that takes one prompt a request (see _probe_steps) gets every prompt alone:
+        # the requests in flight are then all the batching there is.
         groups = []
         for q in kinds.values():
-            size = self.batch_size or group_size(len(q), in_flight)
+            size = (self.batch_size or group_size(len(q), in_flight)) if plan.takes_prompt_lists else 1
             groups += [q[i : i + size] for i in range(0, len(q), size)]
 
         def call(group: list[tuple[str, int]]) -> Call:
@@ -445,6 +481,14 @@ class Procedure:
             "logprob_token_ids": plan.has_logprob_token_ids,
         }
         return hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class _Lists:
+    """What the set-up has learnt of the server's request shape: whether it takes a list of
+    prompts in one request (None: not yet known)."""
+
+    taken: bool | None = None
 
 
 def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:

@@ -222,6 +222,9 @@ class ClassifierPlan:
     #: a ``tokenizers.Tokenizer`` equal to the server's: prompts are sent as token ids
     tokenizer: Any = None
     head_ids: tuple[int, ...] = ()
+    #: the server reads a list of prompts in one request; vLLM's Rust frontend takes one prompt
+    #: a request (see :meth:`~langchain_qwen_fast._core.procedure.Procedure.setup_steps`)
+    takes_prompt_lists: bool = True
 
     @classmethod
     def generate(

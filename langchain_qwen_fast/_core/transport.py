@@ -1,5 +1,11 @@
 """Pooled HTTP to the vLLM server: one sync and one async client, retries, bounded fan-out.
 
+Requests go through ``httpx``, or, once :meth:`Transport.use_aiohttp` is called (a server
+that takes one prompt a request, so many small requests are in flight), async requests and
+sync batches of requests go through ``aiohttp``: at hundreds of requests in flight httpx's
+client spends far more CPU on each request (docs/benchmarks.md). Both paths share the retry
+policy, the replica choice and the error types.
+
 Knows nothing of LangChain or of prompts. Every failure leaves as a typed
 :class:`~langchain_qwen_fast.errors.TransportError` (or :class:`ResponseFormatError`);
 the API key only ever travels in the ``Authorization`` header, never in a message.
@@ -8,12 +14,13 @@ the API key only ever travels in the ``Authorization`` header, never in a messag
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import email.utils
 import itertools
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -97,36 +104,89 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(content: bytes) -> str:
     """The server's own error text, kept short."""
     try:
-        data = orjson.loads(response.content)
+        data = orjson.loads(content)
         err = data.get("error", data) if isinstance(data, dict) else data
         message = err.get("message", err) if isinstance(err, dict) else err
     except (orjson.JSONDecodeError, AttributeError):
-        message = response.text
+        message = content.decode(errors="replace")
     return str(message)[:500]
 
 
-def _decode(response: httpx.Response, path: str) -> Any:
-    if response.status_code >= 400:
+def _decode(status: int, content: bytes, retry_after: str | None, path: str) -> Any:
+    """An answer (status, body, ``Retry-After``) as decoded JSON, or the typed error it is."""
+    if status >= 400:
         raise ServerStatusError(
-            f"server answered HTTP {response.status_code} to {path}: {_error_message(response)}",
-            status_code=response.status_code,
-            retry_after=parse_retry_after(response.headers.get("retry-after")),
+            f"server answered HTTP {status} to {path}: {_error_message(content)}",
+            status_code=status,
+            retry_after=parse_retry_after(retry_after),
         )
     try:
-        return orjson.loads(response.content)
+        return orjson.loads(content)
     except orjson.JSONDecodeError as exc:
-        raise ResponseFormatError(
-            f"server sent malformed JSON to {path} ({len(response.content)} bytes): {exc}"
-        ) from None
+        raise ResponseFormatError(f"server sent malformed JSON to {path} ({len(content)} bytes): {exc}") from None
 
 
-def _translate(exc: httpx.HTTPError, path: str) -> TransportError:
-    if isinstance(exc, httpx.TimeoutException):
+def _decode_response(response: httpx.Response, path: str) -> Any:
+    return _decode(response.status_code, response.content, response.headers.get("retry-after"), path)
+
+
+def _translate(exc: Exception, path: str) -> TransportError:
+    """An httpx or aiohttp failure as its typed error (a timeout, or a failed connection)."""
+    if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError)):
         return ServerTimeoutError(f"no answer to {path} within the timeout ({type(exc).__name__})")
     return ServerConnectionError(f"talking to the server at {path} failed: {type(exc).__name__}: {exc}")
+
+
+#: Seconds an idle aiohttp connection is kept: under the 5 s after which vLLM's Python API
+#: server (uvicorn) drops one, so a request never goes out on a connection being dropped.
+_AIOHTTP_KEEPALIVE = 4.0
+
+
+class _LoopThread:
+    """The transport's own event loop, in a daemon thread, holding its one aiohttp session:
+    sync and async callers alike hand it their requests (a sync batch then costs what an
+    async one costs, not a thread per request), and however many event loops call, one pool
+    of connections serves them and :meth:`Transport.close` ends it. Dropped unclosed with its
+    transport, it closes the session and stops."""
+
+    def __init__(self, make_session: Callable[[], Any]) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.session: Any = None
+        self._make_session = make_session
+        self._thread = threading.Thread(target=self.loop.run_forever, name="qwen-fast-io", daemon=True)
+        self._thread.start()
+
+    def get_session(self) -> Any:
+        """The session (made on first use, on this loop)."""
+        if self.session is None:
+            self.session = self._make_session()
+        return self.session
+
+    def submit(self, job: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``job`` on this loop."""
+        return asyncio.run_coroutine_threadsafe(job, self.loop)
+
+    def run(self, job: Coroutine[Any, Any, T]) -> T:
+        """Run ``job`` on this loop and wait for its result."""
+        return self.submit(job).result()
+
+    async def _shutdown(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+        self.loop.stop()
+
+    def stop(self, wait: bool = True) -> None:
+        """Close the session and stop the loop (``wait``: until the thread is done)."""
+        if self.loop.is_closed():
+            return
+        self.submit(self._shutdown())
+        if wait:
+            self._thread.join()
+            self.loop.close()
 
 
 class Replicas:
@@ -183,7 +243,10 @@ class Transport:
         retry: the retry policy.
         pool_size: most connections kept open per client.
         http_transport: an ``httpx`` transport for the clients instead of the network, e.g.
-            ``httpx.MockTransport`` (serves both the sync and the async client) in tests.
+            ``httpx.MockTransport`` (serves both the sync and the async client) in tests. With
+            one, every request goes through httpx (:meth:`use_aiohttp` changes nothing).
+        aiohttp_connector: makes the connector of each event loop's aiohttp session (default:
+            TCP with ``pool_size`` connections), e.g. an ``aiohttp.UnixConnector`` in tests.
     """
 
     def __init__(
@@ -195,6 +258,7 @@ class Transport:
         retry: RetryPolicy,
         pool_size: int = 64,
         http_transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        aiohttp_connector: Callable[[], Any] | None = None,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
@@ -214,9 +278,25 @@ class Transport:
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
+        self._aiohttp_connector = aiohttp_connector
+        self._io: _LoopThread | None = None
+        self._io_lock = threading.Lock()
+        #: async requests and sync batches go through aiohttp (see :meth:`use_aiohttp`)
+        self.aiohttp = False
+        self._network_errors: tuple[type[Exception], ...] = (httpx.HTTPError,)
         self._retrying = Retrying(**self._retry_kwargs(_retryable))
         self._aretrying = AsyncRetrying(**self._retry_kwargs(_retryable))
         self._jitter = wait_random_exponential(multiplier=retry.initial_backoff, max=retry.max_backoff)
+
+    def use_aiohttp(self) -> None:
+        """Send async requests and sync batches of requests through aiohttp from now on (a
+        single sync request stays on httpx: no event loop to hop to). Worth it where many
+        small requests are in flight; nothing changes with an ``http_transport``."""
+        if self._http_transport is None:
+            import aiohttp
+
+            self._network_errors = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
+            self.aiohttp = True
 
     def _retry_kwargs(self, retryable: Callable[[BaseException], bool]) -> dict[str, Any]:
         return dict(
@@ -278,7 +358,7 @@ class Transport:
             self.replicas.release(replica, connection_failed=not isinstance(exc, httpx.TimeoutException))
             raise _translate(exc, path) from None
         self.replicas.release(replica)
-        return _decode(response, path)
+        return _decode_response(response, path)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One request, retried per the policy; returns the decoded JSON."""
@@ -290,14 +370,27 @@ class Transport:
         each the decoded JSON or the exception that call ended with."""
         if len(calls) == 1:
             return [_capture(self.request, *calls[0])]
+        if self.aiohttp:
+            return self._io_loop().run(self._arequest_all(calls, max_concurrency))
         workers = max(1, min(max_concurrency, len(calls)))
         with ThreadPoolExecutor(workers, thread_name_prefix="qwen-fast") as pool:
             return list(pool.map(lambda call: _capture(self.request, *call), calls))
+
+    def _io_loop(self) -> _LoopThread:
+        with self._io_lock:
+            if self._io is None:
+                self._io = _LoopThread(self._new_session)
+                weakref.finalize(self, self._io.stop, False)
+            return self._io
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+        with self._io_lock:
+            io, self._io = self._io, None
+        if io is not None:
+            io.stop()
 
     # -- async --------------------------------------------------------------------------
     @property
@@ -316,38 +409,75 @@ class Transport:
             self._aclients[loop] = client
         return client
 
+    def _new_session(self) -> Any:
+        """The aiohttp session of :meth:`use_aiohttp` (made on the transport's own loop)."""
+        import aiohttp
+
+        connector = (
+            self._aiohttp_connector()
+            if self._aiohttp_connector is not None
+            else aiohttp.TCPConnector(limit=self.pool_size, keepalive_timeout=_AIOHTTP_KEEPALIVE)
+        )
+        seconds = self.timeout
+        timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds, sock_read=seconds)
+        return aiohttp.ClientSession(
+            connector=connector, headers=self._headers, timeout=timeout, skip_auto_headers=("User-Agent",)
+        )
+
+    async def _araw(self, method: str, url: str, content: bytes | None) -> tuple[int, bytes, str | None]:
+        """One try: (status, body, ``Retry-After``), through aiohttp (on the transport's own
+        loop, where :meth:`arequest` and :meth:`arequest_all` send it) or httpx."""
+        if self.aiohttp:
+            async with self._io_loop().get_session().request(method, url, data=content) as response:
+                return response.status, await response.read(), response.headers.get("retry-after")
+        reply = await self.aclient.request(method, url, content=content)
+        return reply.status_code, reply.content, reply.headers.get("retry-after")
+
     async def _asend(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
         replica = self.replicas.acquire(tried)
         tried.add(replica)
         try:
-            response = await self.aclient.request(method, self._url(replica, path), content=content)
-        except httpx.HTTPError as exc:
-            self.replicas.release(replica, connection_failed=not isinstance(exc, httpx.TimeoutException))
+            status, body, retry_after = await self._araw(method, self._url(replica, path), content)
+        except self._network_errors as exc:
+            timed_out = isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError))
+            self.replicas.release(replica, connection_failed=not timed_out)
             raise _translate(exc, path) from None
         except BaseException:  # cancelled: the try is over all the same
             self.replicas.release(replica)
             raise
         self.replicas.release(replica)
-        return _decode(response, path)
+        return _decode(status, body, retry_after, path)
 
     async def arequest(self, method: str, path: str, body: Any = None) -> Any:
         """Async :meth:`request`."""
+        if self.aiohttp:
+            return await asyncio.wrap_future(self._io_loop().submit(self._arequest(method, path, body)))
+        return await self._arequest(method, path, body)
+
+    async def _arequest(self, method: str, path: str, body: Any = None) -> Any:
         content = await asyncio.to_thread(_content, body) if callable(body) else _content(body)
         return await self._aretrying.copy()(self._asend, method, path, set(), content)
 
     async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         """Async :meth:`request_all`."""
+        if self.aiohttp:
+            return await asyncio.wrap_future(self._io_loop().submit(self._arequest_all(calls, max_concurrency)))
+        return await self._arequest_all(calls, max_concurrency)
+
+    async def _arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         if len(calls) == 1:
-            return [await _acapture(self.arequest, *calls[0])]
+            return [await _acapture(self._arequest, *calls[0])]
         gate = asyncio.Semaphore(max(1, max_concurrency))
 
         async def one(call: Call) -> Any:
             async with gate:
-                return await _acapture(self.arequest, *call)
+                return await _acapture(self._arequest, *call)
 
         return list(await asyncio.gather(*(one(call) for call in calls)))
 
     async def aclose(self) -> None:
+        """Close this event loop's pooled httpx connections (the aiohttp ones of
+        :meth:`use_aiohttp` serve every loop: :meth:`close` ends them)."""
         loop = asyncio.get_running_loop()
         client = self._aclients.pop(loop, None)
         if client is not None:

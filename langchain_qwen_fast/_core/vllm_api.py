@@ -13,7 +13,7 @@ from typing import Any
 
 from langchain_qwen_fast._core.prompting import ClassifierPlan, Prediction, Prompt, strip_think
 from langchain_qwen_fast._core.transport import Call
-from langchain_qwen_fast.errors import LabelParseError, ResponseFormatError, ServerStatusError
+from langchain_qwen_fast.errors import LabelParseError, QwenFastError, ResponseFormatError, ServerStatusError
 
 #: Servers that cannot return the logprobs of chosen tokens give the top-k instead.
 TOP_LOGPROBS_FALLBACK = 20
@@ -83,20 +83,31 @@ def classify_call(
 ) -> Call:
     """The request that asks ``step`` of a group of rendered prompts, or of the prompts a
     function gives, called when the request is sent (see :data:`Call`)."""
+    path = "/classify" if plan.scoring == "head" else "completions"
     if callable(prompts):
         make = prompts
-        method, path, _ = classify_call(plan, model, step, [])
-        return (method, path, lambda: classify_call(plan, model, step, make())[2])
+        return ("POST", path, lambda: classify_call(plan, model, step, make())[2])
     if plan.scoring == "head":
-        return ("POST", "/classify", {"model": model, "input": list(prompts)})
-    return ("POST", "completions", completions_body(plan, model, step, prompts))
+        return ("POST", path, {"model": model, "input": prompt_field(plan, prompts)})
+    return ("POST", path, completions_body(plan, model, step, prompts))
+
+
+def prompt_field(plan: ClassifierPlan, prompts: Sequence[Prompt]) -> Any:
+    """A group's prompts as a request carries them: a list, or for a server that takes one
+    prompt a request (``plan.takes_prompt_lists`` False) that prompt alone, a string or one
+    token-id list, which every vLLM frontend reads as a single prompt."""
+    if plan.takes_prompt_lists:
+        return list(prompts)
+    if len(prompts) != 1:
+        raise QwenFastError(f"this server takes one prompt a request; {len(prompts)} were to be sent in one")
+    return prompts[0]
 
 
 def completions_body(plan: ClassifierPlan, model: str, step: int, prompts: Sequence[Prompt]) -> dict[str, Any]:
     """The ``/v1/completions`` body asking ``step`` of a group of rendered prompts."""
     body: dict[str, Any] = {
         "model": model,
-        "prompt": list(prompts),
+        "prompt": prompt_field(plan, prompts),
         "max_tokens": plan.max_tokens,
         "temperature": 0.0,
         "stream": False,

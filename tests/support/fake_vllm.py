@@ -32,6 +32,16 @@ UNRESTRICTED_CHOICE = 3
 #: vLLM's answer to text (or /tokenize) when started with --skip-tokenizer-init
 NO_TOKENIZER = "Tokenizer not available when `skip_tokenizer_init=True`"
 
+#: vLLM's Rust frontend's answer to a list of prompts in one request (HTTP 400)
+NO_PROMPT_LISTS = {
+    "error": {
+        "message": "Failed to deserialize the JSON body into the target type: prompt: data did not match any "
+        "variant of untagged enum Prompt",
+        "type": "BadRequestError",
+        "code": "json_parse_error",
+    }
+}
+
 
 def toy_tokenize(text: str) -> list[int]:
     """Words, punctuation marks, runs of whitespace and control tokens, each one stable id."""
@@ -63,6 +73,14 @@ class ToyTokenizer:
     def token_to_id(self, token: str) -> int:
         (only,) = toy_tokenize(token)
         return only
+
+
+def prompts_of(value: Any) -> tuple[list[Any], bool]:
+    """A ``prompt`` (or ``input``) field's prompts, and whether it was a list of them: one
+    string or one token-id list is a single prompt, as vLLM reads it."""
+    if isinstance(value, str) or (value and all(isinstance(t, int) for t in value)):
+        return [value], False
+    return list(value), True
 
 
 def _has_text(body: Any) -> bool:
@@ -106,6 +124,9 @@ class FakeVLLM:
     head_sigmoid: bool = False
     #: False: a server started with ``--skip-tokenizer-init`` (token-id prompts only)
     has_tokenizer: bool = True
+    #: False: vLLM's Rust frontend, which answers a list of prompts (completions, and here
+    #: ``/classify`` inputs too) with :data:`NO_PROMPT_LISTS` and reads one prompt a request
+    takes_prompt_lists: bool = True
     #: prompts containing this make the whole completions request fail with HTTP 400
     poison: str = "POISON"
     requests: list[Recorded] = field(default_factory=list)
@@ -146,6 +167,9 @@ class FakeVLLM:
         if path.endswith("/tokenize"):
             ids = toy_tokenize(body["prompt"])
             return self._json({"tokens": ids, "count": len(ids), "max_model_len": 512})
+        refused = not self.takes_prompt_lists and path.endswith(("/v1/completions", "/classify"))
+        if refused and prompts_of(body.get("prompt", body.get("input")))[1]:
+            return self._json(NO_PROMPT_LISTS, 400)
         if path.endswith("/v1/completions"):
             return self._completions(body)
         if path.endswith("/classify"):
@@ -159,7 +183,7 @@ class FakeVLLM:
     def _completions(self, body: dict[str, Any]) -> httpx.Response:
         if body.get("model") not in self.models:
             return self._json({"error": {"message": f"The model `{body.get('model')}` does not exist."}}, 404)
-        prompts = body["prompt"]
+        prompts = prompts_of(body["prompt"])[0]
         if any(self.poison in (p if isinstance(p, str) else "") for p in prompts):
             return self._json({"error": {"message": "This prompt is poisoned."}}, 400)
         choices = []
@@ -197,7 +221,7 @@ class FakeVLLM:
         if self.head_classes is None:
             return self._json({"error": {"message": "not a pooling model"}}, 400)
         data = []
-        for index, item in enumerate(body["input"]):
+        for index, item in enumerate(prompts_of(body["input"])[0]):
             logits = [logit(item, k) for k in range(self.head_classes)]
             probs = [1 / (1 + math.exp(5 - x)) for x in logits] if self.head_sigmoid else softmax(logits)
             data.append({"index": index, "label": "LABEL_0", "probs": probs, "num_classes": self.head_classes})
@@ -233,3 +257,89 @@ def timeout() -> Fault:
         raise httpx.ReadTimeout("timed out", request=request)
 
     return handler
+
+
+class UnixServer:
+    """A :class:`FakeVLLM` served over real HTTP by aiohttp on a Unix socket (the unit layer
+    allows no other), in a thread and event loop of its own so that sync callers may block on
+    it: for the transport's aiohttp path. The fake's faults become what they stand for on the
+    wire: a reset or a refused connection drops the connection, a timeout sends nothing for
+    ``stall`` seconds. ``gather``: every request is held until that many were in at once (or
+    for 2 s); ``peak`` is the most requests it held at once; ``hosts``: each request's host,
+    in the order they came (a replica that is down included)."""
+
+    def __init__(self, fake: FakeVLLM, path: str, *, gather: int = 0, stall: float = 2.0) -> None:
+        self.fake = fake
+        self.path = path
+        self.gather = gather
+        self.stall = stall
+        self.peak = 0
+        self.hosts: list[str] = []
+        self._now = 0
+        self._loop: Any = None
+        self._runner: Any = None
+        self._thread: threading.Thread | None = None
+
+    def connector(self) -> Any:
+        """A client connector that reaches this server whatever the URL's host."""
+        import aiohttp
+
+        return aiohttp.UnixConnector(path=self.path)
+
+    async def _handle(self, request: Any) -> Any:
+        import asyncio
+
+        from aiohttp import web
+
+        self.hosts.append(request.host.partition(":")[0])
+        self._now += 1
+        self.peak = max(self.peak, self._now)
+        try:
+            for _ in range(200 if self.gather else 0):
+                if self.peak >= self.gather:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01 if self.gather else 0)  # the others meet this one in flight
+            content = await request.read()
+            url = f"http://{request.host}{request.path_qs}"
+            forwarded = httpx.Request(request.method, url, headers=dict(request.headers), content=content)
+            try:
+                answer = self.fake(forwarded)
+            except httpx.TimeoutException:
+                await asyncio.sleep(self.stall)
+                raise web.HTTPGatewayTimeout() from None
+            except httpx.TransportError:
+                request.transport.close()  # the client sees the connection drop
+                return web.Response()
+            headers = {k: v for k, v in answer.headers.items() if k.lower() in ("content-type", "retry-after")}
+            return web.Response(status=answer.status_code, body=answer.content, headers=headers)
+        finally:
+            self._now -= 1
+
+    def __enter__(self) -> UnixServer:
+        import asyncio
+
+        from aiohttp import web
+
+        self._loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+
+        async def start() -> None:
+            await self._runner.setup()
+            await web.UnixSite(self._runner, self.path).start()
+
+        self._loop.run_until_complete(start())
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join()
+        self._loop.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 from typing import Any
 
@@ -199,13 +200,25 @@ async def test_default_in_flight_is_eight_per_replica(
     fake: FakeVLLM, replicas: int, settings: dict[str, Any], config: Any, peak: int
 ) -> None:
     seen = {"now": 0, "peak": 0, "armed": 0}
+    urls = [f"http://r{k}.test/v1" for k in range(replicas)]
+    classifier = make(fake, base_url=urls, http_transport=holding(fake, peak, seen), **settings)
+    await classifier.aprepare()
+    seen["armed"] = 1
+    await classifier.abatch(headlines(2000), config=config)
+    assert seen["peak"] == peak
+
+
+def holding(fake: FakeVLLM, peak: int, seen: dict[str, int]) -> httpx.MockTransport:
+    """An async transport to ``fake`` that, once ``seen["armed"]`` (the set-up's requests go
+    one at a time), counts the requests in flight (``seen["now"]``, most at once in
+    ``seen["peak"]``), holding each until ``peak`` were in flight at once (or for 2 s)."""
 
     async def counting(request: httpx.Request) -> httpx.Response:
-        if not seen["armed"]:  # the set-up's requests, one at a time
+        if not seen["armed"]:
             return await fake.transport.handle_async_request(request)
         seen["now"] += 1
         seen["peak"] = max(seen["peak"], seen["now"])
-        for _ in range(200):  # hold requests until the expected number were in flight once (or 2 s)
+        for _ in range(200):
             if seen["peak"] >= peak:
                 break
             await asyncio.sleep(0.01)
@@ -213,12 +226,7 @@ async def test_default_in_flight_is_eight_per_replica(
         seen["now"] -= 1
         return await fake.transport.handle_async_request(request)
 
-    urls = [f"http://r{k}.test/v1" for k in range(replicas)]
-    classifier = make(fake, base_url=urls, http_transport=httpx.MockTransport(counting), **settings)
-    await classifier.aprepare()
-    seen["armed"] = 1
-    await classifier.abatch(headlines(2000), config=config)
-    assert seen["peak"] == peak
+    return httpx.MockTransport(counting)
 
 
 def test_request_is_lean_and_prefix_first(fake: FakeVLLM) -> None:
@@ -381,7 +389,7 @@ def test_replicas_take_turns_and_a_down_one_costs_a_retry(fake: FakeVLLM) -> Non
     classifier = make(fake, base_url=urls, batch_size=10, max_concurrency=1)
     classifier.batch(headlines(100))
     hosts = [httpx.URL(r.url).host for r in fake.calls("/v1/completions")]
-    assert all(a != b for a, b in zip(hosts, hosts[1:])), hosts
+    assert all(a != b for a, b in itertools.pairwise(hosts)), hosts
     assert abs(hosts.count("a.test") - hosts.count("b.test")) <= 1
     fake.requests.clear()
     make(fake, base_url=urls, batch_size=10).batch(headlines(100))
@@ -483,3 +491,238 @@ def test_temperature_is_saved_and_must_be_positive(fake: FakeVLLM, tmp_path: Any
     assert QwenClassifier.load(path, http_transport=fake.transport).temperature == 0.7
     with pytest.raises(ValueError, match="temperature"):
         make(fake, temperature=0)
+
+
+# -- servers that take one prompt a request (vLLM's Rust frontend) -----------------------------
+def single_prompts(fake: FakeVLLM, path: str = "/v1/completions") -> list[Any]:
+    """Every prompt sent alone to ``path``, after checking that the only list of prompts sent
+    there was the set-up's probe (the one request that finds out that lists are refused)."""
+    field = "input" if path == "/classify" else "prompt"
+    sent, lists = [], []
+    for r in fake.calls(path):
+        value = r.body[field]
+        if isinstance(value, str) or all(isinstance(t, int) for t in value):
+            sent.append(value)
+        else:
+            lists.append(value)
+    assert len(lists) == 1 and len(lists[0]) == 1, f"lists of prompts sent to a server that takes none: {lists}"
+    return sent
+
+
+def test_setup_learns_that_the_server_takes_one_prompt_a_request() -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    plan = make(fake).prepare()
+    assert not plan.takes_prompt_lists and plan.has_logprob_token_ids
+    # the probe as a list is refused (400), the same prompt alone is answered
+    probes = [r.body["prompt"] for r in fake.calls("/v1/completions")]
+    assert len(probes) == 2 and isinstance(probes[0], list) and probes[1] == probes[0][0]
+    listed = FakeVLLM()
+    assert make(listed).prepare().takes_prompt_lists
+    assert len(listed.calls("/v1/completions")) == 1  # one probe, no second one
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"labels": ["Sci/Tech", "Sci-Fi", "Sci", "Sports"]},
+        {"multi_label": True},
+        {"examples": [("Rates rise", "Business"), ("Cup final", "Sports")]},
+        {"labels": {"Sports": ["Football", "Tennis"], "Business": ["Markets", "Deals"]}},
+        {"tokenizer_path": "toy"},
+        {"tokenizer_path": "toy", "multi_label": True},
+    ],
+    ids=["label-tokens", "label-sequences", "multi-label", "examples", "hierarchy", "token-ids", "token-ids-multi"],
+)
+async def test_one_prompt_a_request_gives_the_list_paths_results(
+    settings: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_qwen_fast import classifiers
+    from tests.support.fake_vllm import ToyTokenizer
+
+    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: ToyTokenizer())
+    texts = [*headlines(40), "Cup final tonight"]
+    listed, single = FakeVLLM(), FakeVLLM(takes_prompt_lists=False)
+    want = make(listed, **settings).batch(texts)
+    one = make(single, **settings)
+    assert one.batch(texts) == want
+    assert await one.abatch(texts) == want
+    assert one.invoke(texts[0]) == want[0] and await one.ainvoke(texts[1]) == want[1]
+    # every prompt went alone, one request each (the list server got them in groups)
+    sent = single_prompts(single)
+    assert len(sent) == len(single.calls("/v1/completions")) - 1  # all but the refused probe
+    assert len(listed.calls("/v1/completions")) < len(sent) // 4
+
+
+@pytest.mark.parametrize("sigmoid", [False, True], ids=["softmax", "multi-label"])
+async def test_head_mode_sends_one_input_a_request_where_lists_are_refused(sigmoid: bool) -> None:
+    texts = headlines(30)
+    settings: dict[str, Any] = {"mode": "head", "multi_label": sigmoid}
+    listed = FakeVLLM(head_classes=4, head_sigmoid=sigmoid)
+    single = FakeVLLM(head_classes=4, head_sigmoid=sigmoid, takes_prompt_lists=False)
+    want = make(listed, **settings).batch(texts)
+    one = make(single, **settings)
+    assert not one.prepare().takes_prompt_lists
+    assert one.batch(texts) == want
+    assert len(single_prompts(single, "/classify")) == len(texts) + 1  # the probe, then one a text
+    assert await one.abatch(texts) == want
+
+
+def test_constrained_choice_learns_the_request_shape_too() -> None:
+    # 30 labels sharing a first token on a server without logprob_token_ids: constrained choice
+    labels = [f"Topic {i}" for i in range(30)]
+    fake = FakeVLLM(logprob_token_ids=False, takes_prompt_lists=False)
+    classifier = make(fake, labels=labels)
+    plan = classifier.prepare()
+    assert plan.scoring == "constrained_choice" and not plan.takes_prompt_lists
+    want = make(FakeVLLM(logprob_token_ids=False), labels=labels).batch(headlines(10))
+    assert classifier.batch(headlines(10)) == want
+
+
+def test_one_prompt_a_request_keeps_per_item_errors_and_order() -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    classifier = make(fake)
+    texts: list[Any] = headlines(12)
+    texts[3], texts[7], texts[9] = "POISON pill", "", None
+    results = classifier.batch(texts, return_exceptions=True)
+    assert isinstance(results[3], ServerStatusError) and results[3].status_code == 400
+    assert isinstance(results[7], InvalidInputError) and isinstance(results[9], InvalidInputError)
+    want = make(FakeVLLM()).batch([t for i, t in enumerate(texts) if i not in (3, 7, 9)])
+    assert [r for i, r in enumerate(results) if i not in (3, 7, 9)] == want
+    # the poisoned prompt was asked once: alone, it has no group to be split out of
+    assert sum("POISON" in p for p in single_prompts(fake)) == 1
+
+
+def test_one_prompt_a_request_keeps_malformed_replies_to_their_item() -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    classifier = make(fake, max_retries=0)
+    classifier.prepare()
+    fake.fail("/v1/completions", raw(b'{"choices": [tru'))
+    results = classifier.batch(headlines(6), return_exceptions=True, config={"max_concurrency": 1})
+    assert isinstance(results[0], ResponseFormatError)
+    assert all(isinstance(r, Classification) for r in results[1:])
+
+
+@pytest.mark.parametrize("fault", [status(503), status(429, {"retry-after": "0"}), reset(), timeout()])
+async def test_one_prompt_requests_are_retried(fault: Any) -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    classifier = make(fake, retry_deadline=5)
+    classifier.prepare()
+    fake.fail("/v1/completions", fault)
+    texts = headlines(8)
+    assert classifier.batch(texts) == make(FakeVLLM()).batch(texts)
+    fake.fail("/v1/completions", fault)
+    assert await classifier.abatch(texts) == make(FakeVLLM()).batch(texts)
+
+
+def test_one_prompt_retries_run_out_into_the_items_error_alone() -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    classifier = make(fake, max_retries=1, retry_deadline=5)
+    classifier.prepare()
+    fake.fail("/v1/completions", status(503), status(503))
+    results = classifier.batch(headlines(5), return_exceptions=True, config={"max_concurrency": 1})
+    assert isinstance(results[0], ServerStatusError) and results[0].status_code == 503
+    assert all(isinstance(r, Classification) for r in results[1:])
+
+
+@pytest.mark.parametrize("kind", ["batch", "abatch"])
+def test_one_prompt_requests_fail_over_to_a_live_replica(kind: str) -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    tried: list[str] = []
+
+    def recording(request: httpx.Request) -> httpx.Response:
+        tried.append(request.url.host)
+        return fake(request)
+
+    urls = ["http://a.test/v1", "http://b.test/v1"]
+    classifier = make(fake, base_url=urls, http_transport=httpx.MockTransport(recording))
+    assert not classifier.prepare().takes_prompt_lists
+    fake.down_hosts.add("a.test")
+    tried.clear()
+    texts = headlines(40)
+    run = classifier.batch if kind == "batch" else lambda t: asyncio.run(classifier.abatch(t))
+    assert run(texts) == make(FakeVLLM()).batch(texts)
+    # a.test was tried, refused the connection and rested; every text was answered by b.test
+    assert "a.test" in tried and tried.count("b.test") == len(texts)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "settings", "config", "peak"),
+    [(1, {}, None, 256), (2, {}, None, 512), (2, {}, {"max_concurrency": 5}, 5), (1, {"max_concurrency": 3}, None, 3)],
+)
+async def test_one_prompt_in_flight_bound(replicas: int, settings: dict[str, Any], config: Any, peak: int) -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    seen = {"now": 0, "peak": 0, "armed": 0}
+    urls = [f"http://r{k}.test/v1" for k in range(replicas)]
+    classifier = make(fake, base_url=urls, http_transport=holding(fake, peak, seen), **settings)
+    await classifier.aprepare()
+    seen["armed"] = 1
+    texts = headlines(peak + 200)
+    assert await classifier.abatch(texts, config=config) == make(FakeVLLM()).batch(texts)
+    assert seen["peak"] == peak
+
+
+@pytest.mark.parametrize("kind", ["batch", "batch_as_completed"])
+def test_one_prompt_in_flight_bound_holds_in_sync_calls(kind: str) -> None:
+    import threading
+    import time
+
+    fake = FakeVLLM(takes_prompt_lists=False)
+    lock = threading.Lock()
+    seen = {"now": 0, "peak": 0}
+
+    def counting(request: httpx.Request) -> httpx.Response:
+        with lock:
+            seen["now"] += 1
+            seen["peak"] = max(seen["peak"], seen["now"])
+        time.sleep(0.002)  # long enough for the other threads' requests to overlap this one
+        with lock:
+            seen["now"] -= 1
+        return fake(request)
+
+    classifier = make(fake, http_transport=httpx.MockTransport(counting), max_concurrency=6)
+    classifier.prepare()
+    texts = headlines(120)
+    if kind == "batch":
+        results = classifier.batch(texts)
+    else:
+        results = [r for _, r in sorted(classifier.batch_as_completed(texts))]
+    assert results == make(FakeVLLM()).batch(texts)
+    assert 1 < seen["peak"] <= 6
+
+
+async def test_abatch_as_completed_shares_the_bound_between_its_groups() -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    seen = {"now": 0, "peak": 0}
+
+    async def counting(request: httpx.Request) -> httpx.Response:
+        seen["now"] += 1
+        seen["peak"] = max(seen["peak"], seen["now"])
+        await asyncio.sleep(0.01)
+        seen["now"] -= 1
+        return await fake.transport.handle_async_request(request)
+
+    classifier = make(fake, http_transport=httpx.MockTransport(counting), max_concurrency=20)
+    texts = headlines(300)
+    results = [r async for r in classifier.abatch_as_completed(texts)]
+    assert [r for _, r in sorted(results)] == make(FakeVLLM()).batch(texts)
+    assert 1 < seen["peak"] <= 20
+
+
+def test_head_mode_on_a_server_without_classify_says_so() -> None:
+    fake = FakeVLLM(head_classes=4, takes_prompt_lists=False)
+    fake.fail("/classify", status(404, message=""), status(404, message=""))  # vLLM's Rust frontend
+    with pytest.raises(ServerStatusError, match=r"HTTP 404 .*serves no /classify.*Python API server"):
+        make(fake, mode="head").prepare()
+
+
+async def test_simultaneous_ainvoke_calls_widen_to_the_one_prompt_bound() -> None:
+    fake = FakeVLLM(takes_prompt_lists=False)
+    seen = {"now": 0, "peak": 0, "armed": 0}
+    classifier = make(fake, http_transport=holding(fake, 256, seen))
+    await classifier.ainvoke("set-up first")
+    seen["armed"] = 1
+    texts = headlines(400)
+    results = await asyncio.gather(*(classifier.ainvoke(t) for t in texts))
+    assert results == make(FakeVLLM()).batch(texts)
+    assert seen["peak"] == 256

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Generator
 from typing import Any
@@ -11,9 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
-from langchain_qwen_fast import ResponseFormatError, ServerConnectionError, ServerStatusError
+from langchain_qwen_fast import (
+    ResponseFormatError,
+    ServerConnectionError,
+    ServerStatusError,
+    ServerTimeoutError,
+)
 from langchain_qwen_fast._core.transport import RetryPolicy, Transport, adrive, drive, parse_retry_after
 from langchain_qwen_fast.errors import is_retryable_status
+from tests.support.fake_vllm import FakeVLLM, UnixServer, raw, reset, status, timeout
 
 FAST = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002, deadline=5)
 
@@ -203,3 +212,105 @@ async def test_a_body_given_as_a_function_is_built_once_off_the_event_loop() -> 
     assert len(built) == 1 and built[0] != threading.get_ident()  # once, in a worker thread
     assert attempts == [b'{"prompt":[[1,2,3]]}'] * 2  # the retry re-sent the same bytes
     assert t.request("POST", "completions", body) == {"ok": True} and len(built) == 2
+
+
+# -- the aiohttp path (servers that take one prompt a request), over a Unix socket ------------
+@pytest.fixture
+def unix_fake() -> Generator[tuple[FakeVLLM, UnixServer], None, None]:
+    folder = tempfile.mkdtemp(prefix="qf-", dir="/tmp")  # a socket path must be short
+    fake = FakeVLLM()
+    with UnixServer(fake, os.path.join(folder, "vllm.sock")) as server:
+        yield fake, server
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def on_aiohttp(server: UnixServer, urls: Any = "http://t.test/v1", **kwargs: Any) -> Transport:
+    settings: dict[str, Any] = {"api_key": "sk-unix", "timeout": 5, "retry": FAST, **kwargs}
+    t = Transport(urls, aiohttp_connector=server.connector, **settings)
+    t.use_aiohttp()
+    assert t.aiohttp
+    return t
+
+
+def completion(text: str) -> tuple[str, str, Any]:
+    body = {"model": "qwen3", "prompt": text, "max_tokens": 1, "logprobs": 1, "logprob_token_ids": [7, 8]}
+    return ("POST", "completions", body)
+
+
+def test_use_aiohttp_changes_nothing_with_an_http_transport() -> None:
+    t = transport(lambda request: httpx.Response(200, json={}))
+    t.use_aiohttp()
+    assert not t.aiohttp
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_aiohttp_gives_the_replies_httpx_gives_in_order(unix_fake: tuple[FakeVLLM, UnixServer], kind: str) -> None:
+    fake, server = unix_fake
+    calls = [completion(f"text {i}") for i in range(40)]
+    want = transport(FakeVLLM()).request_all(calls, 8)
+    t = on_aiohttp(server)
+    got = t.request_all(calls, 8) if kind == "sync" else asyncio.run(t.arequest_all(calls, 8))
+    assert got == want
+    assert {r.headers["authorization"] for r in fake.requests} == {"Bearer sk-unix"}
+    t.close()
+
+
+@pytest.mark.parametrize("fault", [status(503), status(429, {"retry-after": "0"}), reset()])
+async def test_aiohttp_retries_transient_faults(unix_fake: tuple[FakeVLLM, UnixServer], fault: Any) -> None:
+    fake, server = unix_fake
+    fake.fail("/v1/completions", fault)
+    t = on_aiohttp(server)
+    (reply,) = await t.arequest_all([completion("again")], 4)
+    assert reply["choices"] and len(fake.calls("/v1/completions")) == 2
+    t.close()
+
+
+async def test_aiohttp_timeouts_and_dropped_connections_are_typed_errors(
+    unix_fake: tuple[FakeVLLM, UnixServer],
+) -> None:
+    fake, server = unix_fake
+    server.stall = 1.0
+    t = on_aiohttp(server, timeout=0.2, retry=RetryPolicy(max_attempts=1))
+    fake.fail("/v1/completions", timeout(), reset(), status(400, message="bad prompt"), raw(b"{tru"))
+    for error in (ServerTimeoutError, ServerConnectionError, ServerStatusError, ResponseFormatError):
+        replies = await t.arequest_all([completion("x")], 1)
+        assert isinstance(replies[0], error), replies
+    assert (await t.arequest_all([completion("x")], 1))[0]["choices"]  # the faults are spent: answered
+    t.close()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_aiohttp_fails_over_from_a_replica_that_is_down(unix_fake: tuple[FakeVLLM, UnixServer], kind: str) -> None:
+    fake, server = unix_fake
+    fake.down_hosts.add("a.test")
+    t = on_aiohttp(server, ["http://a.test/v1", "http://b.test/v1"])
+    calls = [completion(f"text {i}") for i in range(20)]
+    got = t.request_all(calls, 4) if kind == "sync" else asyncio.run(t.arequest_all(calls, 4))
+    assert all(r["choices"] for r in got)
+    # a.test was tried, dropped the connection and rested; every call was answered by b.test
+    assert "a.test" in server.hosts and server.hosts.count("b.test") == 20
+    t.close()
+
+
+@pytest.mark.parametrize(("kind", "bound"), [("sync", 5), ("async", 5), ("async", 64)])
+def test_aiohttp_honours_the_in_flight_bound(unix_fake: tuple[FakeVLLM, UnixServer], kind: str, bound: int) -> None:
+    _, server = unix_fake
+    server.gather = bound  # requests are held until the bound's worth are in at once
+    t = on_aiohttp(server, pool_size=256)
+    calls = [completion(f"text {i}") for i in range(bound * 4)]
+    got = t.request_all(calls, bound) if kind == "sync" else asyncio.run(t.arequest_all(calls, bound))
+    assert len(got) == len(calls) and all(r["choices"] for r in got)
+    assert server.peak == bound
+    t.close()
+
+
+def test_a_sync_batch_on_aiohttp_reuses_its_connections_and_close_ends_them(
+    unix_fake: tuple[FakeVLLM, UnixServer],
+) -> None:
+    _, server = unix_fake
+    t = on_aiohttp(server)
+    for _ in range(3):
+        assert all(r["choices"] for r in t.request_all([completion("a"), completion("b")], 2))
+    t.close()
+    assert all(r["choices"] for r in t.request_all([completion("a"), completion("b")], 2))  # back on next use
+    t.close()

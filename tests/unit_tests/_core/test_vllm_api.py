@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from langchain_qwen_fast import LabelParseError, ResponseFormatError
+from langchain_qwen_fast import LabelParseError, QwenFastError, ResponseFormatError
 from langchain_qwen_fast._core import vllm_api as api
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX, ClassifierPlan, LabelSet, Step
 
@@ -50,6 +50,18 @@ def test_completions_body_limits_the_answer_to_label_tokens() -> None:
         "logprobs": 1,
         "logprob_token_ids": [101, 102, 103],
     }
+
+
+def test_a_server_that_takes_one_prompt_a_request_gets_it_alone() -> None:
+    alone = dataclasses.replace(PLAN, takes_prompt_lists=False)
+    assert api.classify_call(alone, "m", 0, ["p1"])[2]["prompt"] == "p1"
+    assert api.classify_call(alone, "m", 0, [[1, 2, 3]])[2]["prompt"] == [1, 2, 3]  # one token-id prompt
+    head = dataclasses.replace(alone, scoring="head", steps=(Step(""),), max_tokens=0)
+    assert api.classify_call(head, "m", 0, ["text"])[2] == {"model": "m", "input": "text"}
+    method, path, build = api.classify_call(alone, "m", 0, lambda: [[4, 5]])
+    assert (method, path, build()["prompt"]) == ("POST", "completions", [4, 5])
+    with pytest.raises(QwenFastError, match="one prompt a request"):
+        api.classify_call(alone, "m", 0, ["p1", "p2"])
 
 
 def test_fallback_and_constrained_choice_bodies() -> None:
