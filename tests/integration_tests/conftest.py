@@ -62,6 +62,8 @@ SERVERS = {
         lambda: build_test_model(ROOT / ".models" / "qwen3-tiny-multi", "tiny", num_labels=4, multi_label=True),
         served_model_name="qwen3-multi",
     ),
+    # The tiny model behind vLLM's Rust frontend (one prompt a request).
+    "rust_server_url": PlannedServer("QWEN_FAST_TEST_RUST_URL", _log("test-rust-server.log"), _tiny, frontend="rust"),
     # The reliability module's own server, requiring an API key: its crash test kills it and
     # starts another in its place, so it is never one given by the environment.
     "keyed_server": PlannedServer(None, _log("reliability-server.log"), _tiny, api_key=RELIABILITY_KEY),
@@ -81,6 +83,7 @@ _RUN_FIRST = (
     "test_api.py",
     "test_server.py",
     "test_capabilities.py",
+    "test_rust_frontend.py",
 )
 
 #: Servers of one module, spawned when an earlier module starts: a lone CPU server's start-up
@@ -88,6 +91,7 @@ _RUN_FIRST = (
 _SPAWN_AHEAD = {
     "test_processes.py": ("keyed_server",),
     "test_reliability.py": ("multi_head_server_url",),
+    "test_capabilities.py": ("rust_server_url",),
 }
 
 

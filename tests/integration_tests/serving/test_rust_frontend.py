@@ -5,23 +5,16 @@ server takes (so the classifier must send one prompt a request there)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from langchain_qwen_fast.testing.tiny_model import build_test_model
-from tests.integration_tests.conftest import ROOT, TINY_MODEL
-from tests.support.servers import PlannedServer
+from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from tests.integration_tests.conftest import TINY_MODEL, served
 
-#: ``QWEN_FAST_TEST_RUST_URL`` names a Rust-frontend server already running (the tiny model as
-#: ``qwen3``), to test against it instead.
-RUST_SERVER = PlannedServer(
-    "QWEN_FAST_TEST_RUST_URL",
-    ROOT / "out" / "test-rust-server.log",
-    lambda: build_test_model(TINY_MODEL, "tiny"),
-    frontend="rust",
-)
 #: token ids of the tiny model's vocabulary: a prompt and the answer tokens asked about
 PROMPT = [785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13]
 ANSWERS = [16, 17, 18, 19]
@@ -29,11 +22,9 @@ ANSWERS = [16, 17, 18, 19]
 
 @pytest.fixture(scope="module")
 def rust_server_url() -> Iterator[str]:
-    """The base URL (``…/v1``) of a Rust-frontend CPU server of the tiny model, for this module."""
-    try:
-        yield RUST_SERVER.url()
-    finally:
-        RUST_SERVER.stop()
+    """The base URL (``…/v1``) of a Rust-frontend CPU server of the tiny model, for this module
+    (planned in the conftest)."""
+    yield from served("rust_server_url")
 
 
 def completion(url: str, prompt: object) -> httpx.Response:
@@ -73,3 +64,32 @@ def test_a_list_of_prompts_is_refused(rust_server_url: str) -> None:
         assert "Prompt" in reply.text
     assert completion(rust_server_url, "a headline").status_code == 200
 
+
+@pytest.mark.parametrize("multi_label", [False, True], ids=["single-label", "multi-label"])
+def test_the_classifier_scores_as_on_the_python_server(
+    rust_server_url: str, server_url: str, multi_label: bool
+) -> None:
+    """Generate mode on 256 texts: the classifier learns that the Rust frontend takes one prompt a
+    request and sends each alone (batch and abatch), and every score is the Python API server's,
+    where the prompts went in lists, within 1e-3."""
+    texts = headlines(256)
+    common = {"labels": list(AG_NEWS_LABELS), "model": "qwen3", "multi_label": multi_label}
+    python = QwenClassifier(base_url=server_url, **common)
+    rust = QwenClassifier(base_url=rust_server_url, **common)
+    assert python.prepare().takes_prompt_lists and not rust.prepare().takes_prompt_lists
+    want = python.batch(texts)
+    for got in (rust.batch(texts), asyncio.run(rust.abatch(texts))):
+        for ours, theirs in zip(got, want, strict=True):
+            assert ours.scores == pytest.approx(theirs.scores, abs=1e-3)
+
+
+def test_bench_scale_times_invoke_beside_raw_http_with_one_prompt_a_request(rust_server_url: str) -> None:
+    """``bench-scale``'s one-at-a-time figures on this frontend: the raw request is the
+    classifier's own, a single prompt (a list would be refused)."""
+    from langchain_qwen_fast.bench.measure import RunContext, warm_classifier
+    from langchain_qwen_fast.bench.scale import invoke_and_raw_http_p50
+
+    classifier = warm_classifier([rust_server_url], "qwen3", str(TINY_MODEL))
+    figures = invoke_and_raw_http_p50(RunContext(), classifier, rust_server_url, "qwen3", 3)
+    assert figures["invoke p50 ms"] > 0 and figures["raw HTTP p50 ms"] > 0
+    assert figures["takes prompt lists"] is False

@@ -122,6 +122,9 @@ def test_the_scale_benchmark_measures_the_group(
     shape = bench.request_shape(urls[0], "qwen3", tokenizer, 64)
     assert len(shape["now"]) == len(shape["with allowed_token_ids"]) == 2
     load = warm_classifier(urls[:1], "qwen3", tokenizer)
+    one_at_a_time = bench.invoke_and_raw_http_p50(RunContext(), load, urls[0], "qwen3", 3)
+    assert one_at_a_time["invoke p50 ms"] > 0 and one_at_a_time["raw HTTP p50 ms"] > 0
+    assert one_at_a_time["takes prompt lists"]
     texts = headlines(32)
     profile = cpu_profile(group.pids[0], 2, lambda: asyncio.run(load.abatch(texts)), tmp_path)
     engine = next(p for p in profile if "EngineCore" in p)  # the engine core's samples, by function
