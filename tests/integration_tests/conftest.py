@@ -100,9 +100,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     (the sort is stable: the tests of a module keep their order)."""
 
     def rank(item: pytest.Item) -> tuple[bool, int]:
-        name = item.path.name
-        first = _RUN_FIRST.index(name) if name in _RUN_FIRST else len(_RUN_FIRST)
-        return "integration_tests" in item.path.parts, first
+        integration = "integration_tests" in item.path.parts
+        name = item.path.name  # unit modules of the same names keep their places
+        first = _RUN_FIRST.index(name) if integration and name in _RUN_FIRST else len(_RUN_FIRST)
+        return integration, first
 
     items.sort(key=rank)
 
@@ -110,7 +111,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Spawn the servers that :data:`_SPAWN_AHEAD` plans for the module this test is in, when
     later tests that were collected use them (again for each test: spawning twice is a no-op)."""
-    planned = _SPAWN_AHEAD.get(item.path.name, ())
+    planned = _SPAWN_AHEAD.get(item.path.name, ()) if "integration_tests" in item.path.parts else ()
     if planned:
         used = {name for other in item.session.items for name in getattr(other, "fixturenames", ())}
         for name in planned:
