@@ -419,11 +419,14 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         value = first.get("max_concurrency") if isinstance(first, Mapping) else None
         return int(value or self.max_concurrency or self._default_in_flight())
 
+    def _one_prompt_server(self) -> bool:
+        """Whether the set-up, once done, found a server that takes one prompt a request."""
+        return self._plans is not None and not self._plans[()].takes_prompt_lists
+
     def _default_in_flight(self) -> int:
         """``IN_FLIGHT_PER_REPLICA`` for each replica, ``ONE_PROMPT_IN_FLIGHT_PER_REPLICA``
         once the set-up found a server that takes one prompt a request."""
-        one_prompt = self._plans is not None and not self._plans[()].takes_prompt_lists
-        per_replica = ONE_PROMPT_IN_FLIGHT_PER_REPLICA if one_prompt else IN_FLIGHT_PER_REPLICA
+        per_replica = ONE_PROMPT_IN_FLIGHT_PER_REPLICA if self._one_prompt_server() else IN_FLIGHT_PER_REPLICA
         return per_replica * self._transport.replicas.count
 
     def _selected(self, inputs: list[Any], plans: Mapping[Node, ClassifierPlan]) -> list[str | Exception] | None:
@@ -679,7 +682,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         in_flight = self._concurrency(_first(config))
         chunks = _chunks(list(inputs), config, self.batch_size or group_size(len(inputs), in_flight))
         at_once = max(1, min(in_flight, len(chunks)))
-        if self._plans is not None and not self._plans[()].takes_prompt_lists:
+        if self._one_prompt_server():
             share = max(1, in_flight // at_once)
             chunks = [(start, part, _with_concurrency(cfg, share)) for start, part, cfg in chunks]
         return chunks, at_once
