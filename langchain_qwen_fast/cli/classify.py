@@ -1,0 +1,83 @@
+"""``qwen-fast classify``: label every row of a CSV, JSONL or Parquet file, streaming and resumable."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from langchain_qwen_fast.cli.options import defaults, options_from
+from langchain_qwen_fast.jobs.job import ClassifyOptions
+
+DESCRIPTION = """\
+Label every row of a table with a classifier, in a stream that resumes where it stopped.
+
+    qwen-fast classify news.csv --out labelled.parquet --labels World,Sports,Business,Sci/Tech
+    qwen-fast classify rows.jsonl --out labelled.jsonl --classifier models/news --base-url http://127.0.0.1:8000/v1
+    cat rows.jsonl | qwen-fast classify - --input-format jsonl --out labelled.csv --labels A,B,C
+    qwen-fast classify news.csv --out labelled.csv --classifier models/news \\
+        --review-below 0.8 --review-sample 200 --review-out review.csv
+
+Input: CSV with a header (a text column, --text-column, or title and description columns;
+AG News's layout without a header is read as is), JSONL, Parquet, or - for stdin (with
+--input-format). Output: any of these, by its name or --output-format. Every input column is
+kept and each row gains label (and labels under multi-label, joined with "|" in CSV), p_<label>
+per label, abstained and error. A row that cannot be read or classified (empty, too long, bytes
+that are not UTF-8, a missing column, a line that is not JSON) gets its error in the error
+column, in its place; the job goes on.
+
+Rows are read and classified a chunk at a time (--chunk-rows per QwenClassifier.abatch call,
+--chunks-in-flight at once) and written as they finish, so memory does not grow with the
+file. Each chunk is committed to OUT.partial/ beside the output: killed at any moment, the same
+command carries on after the last chunk written; other options are refused (naming what
+differs) unless --fresh. At the end: OUT, OUT.report.json (label counts, abstained, errors,
+rows/s), OUT.histogram.png (confidence per label) and, with --review-out, a review file in
+qwen-fast train's layout (text, an empty label to fill, model_label, model_probability, row):
+the rows under --review-below and a sample of --review-sample others, stratified by predicted
+label. Filled in, it trains the next model as it is. The API key comes from VLLM_API_KEY.
+Needs the 'jobs' extra (pyarrow, tqdm, matplotlib).
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``classify``'s options: one per field of :class:`ClassifyOptions`, whose defaults they show."""
+    p.add_argument("input", help="CSV, JSONL or Parquet file, or - for stdin")
+    p.add_argument("--out", required=True, help="the output file (CSV, JSONL or Parquet, by its name)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--classifier", help="a saved classifier (qwen-fast train's output, or classifier.json)")
+    which.add_argument("--labels", nargs="+", help="the labels: A,B,C (or A B C)")
+    p.add_argument("--multi-label", action="store_true", help="with --labels: several labels may apply")
+    p.add_argument("--abstain-below", type=float, help="abstain when the best probability is below this")
+    p.add_argument("--base-url", help="the vLLM server (default: the saved one, else QWEN_FAST_BASE_URL, else local)")
+    p.add_argument("--model", help="served model name (default: the saved one, else qwen3)")
+    p.add_argument("--mode", choices=["generate", "head"], help="default: the saved one, else generate")
+    p.add_argument("--input-format", choices=["csv", "jsonl", "parquet"], help="default: from the name")
+    p.add_argument("--output-format", choices=["csv", "jsonl", "parquet"], help="default: from the name")
+    p.add_argument("--text-column", help="the text's column or key (default: %(default)s, else title and description)")
+    p.add_argument("--chunk-rows", type=int, help="rows per abatch call and per part (default: %(default)s)")
+    p.add_argument("--chunks-in-flight", type=int, help="chunks classified at once (default: %(default)s)")
+    p.add_argument("--review-out", help="the review file (.csv or .jsonl)")
+    p.add_argument("--review-below", type=float, help="review the rows whose confidence is under this")
+    p.add_argument("--review-sample", type=int, help="and this many others, stratified by label (default: %(default)s)")
+    p.add_argument("--review-seed", type=int, help="the sample's seed (default: %(default)s)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument("--no-histogram", dest="histogram", action="store_false", help="no histogram PNG")
+    p.add_argument("--fresh", action="store_true", help="discard an interrupted job's OUT.partial/ and start over")
+    p.set_defaults(**defaults(ClassifyOptions))
+
+
+def classify_options(args: argparse.Namespace) -> ClassifyOptions:
+    """The typed options of parsed ``classify`` arguments (``--labels A,B C`` is A, B, C)."""
+    options = options_from(ClassifyOptions, args)
+    if args.labels is None:
+        return options
+    labels = tuple(label.strip() for word in args.labels for label in word.split(",") if label.strip())
+    return dataclasses.replace(options, labels=labels)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the job and print its summary; its errors reach ``qwen-fast``'s one rule (exit code 1)."""
+    from langchain_qwen_fast.jobs.job import classify_table
+    from langchain_qwen_fast.jobs.summary import render
+
+    print(render(classify_table(classify_options(args))), flush=True)
+    return 0

@@ -1,0 +1,409 @@
+"""``qwen-fast classify``'s job: a whole table classified in a stream, resumable, with its report.
+
+    from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
+
+    report = classify_table(ClassifyOptions("news.csv", "labelled.parquet", labels=("World", "Sports")))
+
+Rows are read a chunk at a time (``chunk_rows``), each chunk classified with one
+``QwenClassifier.abatch`` call (several chunks in flight, so that the servers always have the
+next requests while a chunk is written), and written, in input order, as a part file of the
+work folder (:mod:`.parts`). Memory holds the chunks in flight, not the table. Each output row
+is the input row's cells and the columns of :mod:`.columns`; a row that cannot be read or
+classified gets its error in its ``error`` column, in its place.
+
+Killed at any moment and started again with the same options, the job carries on after the
+last chunk it wrote; started again with other options, it refuses (:class:`ConfigurationError`
+naming what differs) unless ``fresh``. At the end the parts are joined into the output, and the
+report (``OUTPUT.report.json``), the confidence histogram (``OUTPUT.histogram.png``) and the
+review file are written from the chunks' digests; then the work folder is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import itertools
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from langchain_qwen_fast._extras import require_extra
+from langchain_qwen_fast.classification import Classification, validate_text
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InvalidInputError
+from langchain_qwen_fast.jobs.columns import added_columns, result_columns
+from langchain_qwen_fast.jobs.parts import MANIFEST_VERSION, WorkFolder, atomic_bytes, part_files
+from langchain_qwen_fast.jobs.review import ReviewChunk, ReviewOptions, write_review
+from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram, total
+from langchain_qwen_fast.jobs.tables import STDIN, Format, InputRow, Layout, TableReader, TextSource, format_of
+from langchain_qwen_fast.jobs.tables import join_parts as join_tables
+from langchain_qwen_fast.jobs.tables import write_part as write_table_part
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast.classifiers import QwenClassifier
+
+Result = Classification | BaseException
+#: Bytes of the input hashed into the fingerprint (with its size), to notice another file.
+_HEAD_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ClassifyOptions:
+    """One classification job; each field has a ``qwen-fast classify`` flag of the same name
+    (``input`` is the positional argument, ``out`` is ``--out``)."""
+
+    input: str
+    out: str
+    #: a saved classifier (``qwen-fast train``'s output, or ``QwenClassifier.save``'s file)
+    classifier: str | None = None
+    #: the labels, without ``classifier``
+    labels: tuple[str, ...] | None = None
+    multi_label: bool = False
+    abstain_below: float | None = None
+    #: the server (default: the saved classifier's, else ``QWEN_FAST_BASE_URL``, else local)
+    base_url: str | None = None
+    #: the served model name (default: the saved classifier's, else qwen3)
+    model: str | None = None
+    #: generate or head (default: the saved classifier's, else generate)
+    mode: str | None = None
+    #: csv, jsonl or parquet (default: from the file's name; needed for stdin)
+    input_format: str | None = None
+    output_format: str | None = None
+    #: the text's column or key (else title and description)
+    text_column: str = "text"
+    #: rows per chunk: per ``abatch`` call and per part file
+    chunk_rows: int = 1024
+    #: chunks being classified at once
+    chunks_in_flight: int = 3
+    #: the review file (CSV or JSONL), with ``review_below`` and/or ``review_sample``
+    review_out: str | None = None
+    review_below: float | None = None
+    review_sample: int = 0
+    review_seed: int = 0
+    #: a progress bar on stderr
+    progress: bool = True
+    #: the confidence histogram PNG
+    histogram: bool = True
+    #: discard an interrupted job's work folder and start over
+    fresh: bool = False
+
+    def review(self) -> ReviewOptions | None:
+        """The review queue's options, None without ``review_out``."""
+        if self.review_out is None:
+            return None
+        return ReviewOptions(self.review_out, self.review_below, self.review_sample, self.review_seed)
+
+    def check(self) -> None:
+        """:class:`ConfigurationError` for options that cannot work (before anything is read)."""
+        if (self.classifier is None) == (self.labels is None):
+            raise ConfigurationError("give --classifier DIR or --labels A,B,C (one of them)")
+        if self.classifier is not None and self.multi_label:
+            raise ConfigurationError("--multi-label is for --labels; a saved classifier says whether it is multi-label")
+        if self.labels is not None and len(set(self.labels)) < 2:
+            raise ConfigurationError(f"--labels needs at least two distinct labels, got {list(self.labels)}")
+        if self.chunk_rows < 1 or self.chunks_in_flight < 1:
+            raise ConfigurationError("--chunk-rows and --chunks-in-flight must be at least 1")
+        if self.out == STDIN:
+            raise ConfigurationError("--out must be a file (its work folder and report go beside it)")
+        if self.input != STDIN and Path(self.input).resolve() == Path(self.out).resolve():
+            raise ConfigurationError(f"--out is the input file: {self.out}")
+        review = self.review()
+        if review is None:
+            if self.review_below is not None or self.review_sample:
+                raise ConfigurationError("--review-below and --review-sample need --review-out FILE")
+            return
+        if review.below is None and not review.sample:
+            raise ConfigurationError("--review-out needs --review-below P and/or --review-sample N")
+        review.check()
+
+
+def build_classifier(options: ClassifyOptions) -> QwenClassifier:
+    """The classifier the options name: the saved one with the server options on top, or one
+    over ``labels``."""
+    from langchain_qwen_fast.classifiers import QwenClassifier
+
+    given = {"base_url": options.base_url, "model": options.model, "mode": options.mode}
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if options.abstain_below is not None:
+        overrides["abstain_below"] = options.abstain_below
+    if options.classifier is not None:
+        return QwenClassifier.load(options.classifier, **overrides)
+    assert options.labels is not None
+    return QwenClassifier(labels=list(options.labels), multi_label=options.multi_label, **overrides)
+
+
+#: How each fingerprint field is named when a restart differs from the folder's job.
+_NAMES = {
+    "input": "the input",
+    "input_size": "the input's size",
+    "input_head": "the input's first MiB",
+    "input_format": "--input-format",
+    "output_format": "--output-format",
+    "text_column": "--text-column",
+    "classifier": "--classifier",
+    "labels": "--labels",
+    "multi_label": "--multi-label",
+    "abstain_below": "--abstain-below",
+    "model": "--model",
+    "mode": "--mode",
+    "threshold": "the classifier's threshold",
+    "temperature": "the classifier's temperature",
+    "instructions": "the classifier's instructions",
+    "label_descriptions": "the classifier's label descriptions",
+    "examples": "the classifier's examples",
+    "review_below": "--review-below",
+    "review_sample": "--review-sample",
+    "review_seed": "--review-seed",
+}
+
+
+def fingerprint(options: ClassifyOptions, classifier: QwenClassifier, kinds: tuple[Format, Format]) -> dict[str, Any]:
+    """What must be the same for a restart to carry on an interrupted job: the input (its path,
+    size and first MiB), how it is read and written, the classifier's configuration and the
+    review rules. The server and the chunk sizes may change."""
+    identity: dict[str, Any] = {"input": STDIN}
+    if options.input != STDIN:
+        path = Path(options.input).resolve()
+        with path.open("rb") as f:
+            head = hashlib.sha256(f.read(_HEAD_BYTES)).hexdigest()[:16]
+        identity = {"input": str(path), "input_size": path.stat().st_size, "input_head": head}
+    review = options.review()
+    return {
+        **identity,
+        "input_format": kinds[0],
+        "output_format": kinds[1],
+        "text_column": options.text_column,
+        "classifier": str(Path(options.classifier).resolve()) if options.classifier else None,
+        "labels": classifier.label_names,
+        "multi_label": classifier.multi_label,
+        "abstain_below": classifier.abstain_below,
+        "model": classifier.model,
+        "mode": classifier.mode,
+        "threshold": classifier.threshold,
+        "temperature": classifier.temperature,
+        "instructions": classifier.instructions,
+        "label_descriptions": classifier.label_descriptions,
+        "examples": [list(e) for e in classifier.examples or []],
+        "review_below": review.below if review else None,
+        "review_sample": review.sample if review else 0,
+        "review_seed": review.seed if review else 0,
+    }
+
+
+def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Each field that differs, as ``--labels differ: A,B vs A,C`` (saved first)."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return ",".join(value)
+        return "none" if value is None else str(value)
+
+    found = []
+    for key in sorted(set(saved) | set(now), key=lambda k: list(_NAMES).index(k) if k in _NAMES else len(_NAMES)):
+        if orjson.dumps(saved.get(key)) != orjson.dumps(now.get(key)):
+            found.append(f"{_NAMES.get(key, key)} differ: {shown(saved.get(key))} vs {shown(now.get(key))}")
+    return found
+
+
+def renamed_columns(columns: list[str], added: list[str]) -> dict[str, str]:
+    """Input columns named like an added one, and the name each is kept under (``input_label``)."""
+    taken = set(columns) | set(added)
+    renames = {}
+    for name in columns:
+        if name in added:
+            new = f"input_{name}"
+            while new in taken:
+                new = f"input_{new}"
+            taken.add(new)
+            renames[name] = new
+    return renames
+
+
+def classify_table(options: ClassifyOptions, classifier: QwenClassifier | None = None) -> JobReport:
+    """Run the job (see the module docstring) and return its report. ``classifier``: use this
+    one instead of the one the options name (its configuration is fingerprinted the same way);
+    it is not closed here."""
+    options.check()
+    kinds = (
+        format_of(options.input, options.input_format, "--input-format"),
+        format_of(options.out, options.output_format, "--output-format"),
+    )
+    if "parquet" in kinds:
+        require_extra("jobs", "pyarrow", what="Parquet files")
+    if options.progress:
+        require_extra("jobs", "tqdm", what="the progress bar (or --no-progress)")
+    if options.histogram:
+        require_extra("jobs", "matplotlib", what="the histogram (or --no-histogram)")
+    own = classifier is None
+    job_classifier = build_classifier(options) if classifier is None else classifier
+    try:
+        return asyncio.run(_Job(options, job_classifier, kinds).run())
+    finally:
+        if own:
+            job_classifier.close()
+
+
+class _Job:
+    """One run of a job: resume, stream, finish."""
+
+    def __init__(self, options: ClassifyOptions, classifier: QwenClassifier, kinds: tuple[Format, Format]) -> None:
+        self.options = options
+        self.classifier = classifier
+        self.kinds = kinds
+        self.out = Path(options.out)
+        self.labels = classifier.label_names
+        self.multi_label = classifier.multi_label
+        self.added = added_columns(self.labels, self.multi_label)
+        self.review = options.review()
+        self.folder = WorkFolder(self.out, kinds[1])
+        self.layout: Layout | None = None
+        self.renames: dict[str, str] = {}
+
+    async def run(self) -> JobReport:
+        started = time.perf_counter()
+        options = self.options
+        # A JSONL input's columns matter to CSV and Parquet output only (JSONL rows keep their keys).
+        scan = self.kinds[1] != "jsonl"
+        reader = TableReader(options.input, self.kinds[0], TextSource(options.text_column), scan_keys=scan)
+        now = fingerprint(options, self.classifier, self.kinds)
+        manifest = None if options.fresh else self.folder.manifest()
+        if manifest is not None:
+            if manifest.get("version") != MANIFEST_VERSION:
+                raise ConfigurationError(f"{self.folder.path} is from another release; remove it or pass --fresh")
+            found = differences(manifest["fingerprint"], now)
+            if found:
+                raise ConfigurationError(
+                    f"{self.folder.path} holds an interrupted job with other options: {'; '.join(found)} "
+                    "(run it with the same options to finish it, or pass --fresh to start over)"
+                )
+        parts = self.folder.parts() if manifest is not None else []
+        done = sum(part.rows for part in parts)
+        expected = reader.count()
+        rows = reader.rows()
+        first = list(itertools.islice(rows, 1))  # the reader knows its columns from here
+        columns = list(manifest["columns"]) if manifest is not None else list(reader.columns or [])
+        if manifest is None:
+            self.folder.start(now, columns)
+        self.renames = renamed_columns(columns, self.added)
+        kept = [self.renames.get(name, name) for name in columns]
+        self.layout = Layout(self.kinds[1], kept, self.added, self.multi_label, reader.arrow_schema)
+        remaining = itertools.islice(itertools.chain(first, rows), done, None)
+        classified = await self._stream(remaining, done, expected)
+        return self._finish(done, classified, time.perf_counter() - started)
+
+    async def _stream(self, rows: Iterator[InputRow], start: int, expected: int | None) -> int:
+        """Classify and commit every remaining row; returns how many."""
+        bar = _progress(self.options.progress, expected, start)
+        pending: deque[tuple[int, list[InputRow], asyncio.Task[list[Result]]]] = deque()
+        at = start
+        try:
+            while chunk := list(itertools.islice(rows, self.options.chunk_rows)):
+                pending.append((at, chunk, asyncio.ensure_future(self._classify(chunk))))
+                at += len(chunk)
+                while len(pending) >= self.options.chunks_in_flight:
+                    await self._commit(*pending.popleft(), bar)
+            while pending:
+                await self._commit(*pending.popleft(), bar)
+        finally:
+            for _, _, task in pending:
+                task.cancel()
+            if bar is not None:
+                bar.close()
+            await self.classifier.aclose()
+        return at - start
+
+    async def _classify(self, chunk: list[InputRow]) -> list[Result]:
+        """Each row's classification or error: rows that cannot be read, or whose value is not
+        text to classify, get their error without a request; the others go in one ``abatch``."""
+        results: list[Result | None] = [None] * len(chunk)
+        places, texts = [], []
+        for i, row in enumerate(chunk):
+            if row.problem is not None:
+                results[i] = DataFileError(f"{row.place} {row.problem}")
+                continue
+            try:
+                texts.append(validate_text(row.text))
+                places.append(i)
+            except InvalidInputError as exc:
+                results[i] = exc
+        if texts:
+            for i, result in zip(places, await self.classifier.abatch(texts, return_exceptions=True)):
+                results[i] = result
+        return [r for r in results if r is not None]
+
+    async def _commit(self, start: int, chunk: list[InputRow], task: asyncio.Task[list[Result]], bar: Any) -> None:
+        results = await task
+        await asyncio.to_thread(self._write_chunk, start, chunk, results)
+        if bar is not None:
+            bar.update(len(chunk))
+
+    def _write_chunk(self, start: int, chunk: list[InputRow], results: list[Result]) -> None:
+        """Count, pick review entries and commit one chunk's rows (in a worker thread)."""
+        assert self.layout is not None and len(results) == len(chunk)
+        counts = Counts()
+        review = ReviewChunk(self.review) if self.review is not None else None
+        out_rows = []
+        for offset, (row, result) in enumerate(zip(chunk, results)):
+            counts.add(result)
+            if review is not None and isinstance(row.text, str):
+                review.add(start + offset, row.text, result)
+            cells = {self.renames.get(k, k): v for k, v in row.cells.items()} if self.renames else row.cells
+            out_rows.append({**cells, **result_columns(result, self.labels, self.multi_label)})
+        digest = {**counts.to_json(), "review": review.entries() if review is not None else []}
+        layout = self.layout
+        self.folder.commit(start, digest, lambda path: write_table_part(path, layout, out_rows))
+
+    def _finish(self, resumed: int, classified: int, seconds: float) -> JobReport:
+        """Join the parts into the output, write the histogram, review file and report, and
+        remove the work folder (each step may run again after a kill)."""
+        assert self.layout is not None
+        parts = self.folder.parts()
+        rows = sum(part.rows for part in parts)
+        if rows != resumed + classified:
+            raise DataFileError(f"{self.folder.path} lost chunks while the job ran ({rows} rows in its parts)")
+        counts = total(part.digest() for part in parts)
+        histogram = None
+        if self.options.histogram:
+            histogram = str(draw_histogram(counts, self.out.with_name(self.out.name + ".histogram.png")))
+        review = None
+        if self.review is not None:
+            review = write_review(self.review, self.multi_label, lambda: (part.digest()["review"] for part in parts))
+        report_path = self.out.with_name(self.out.name + ".report.json")
+        report = JobReport(
+            output=str(self.out),
+            rows=rows,
+            classified_rows=classified,
+            resumed_rows=resumed,
+            seconds=round(seconds, 3),
+            rows_per_s=round(classified / seconds, 1) if seconds > 0 else 0.0,
+            label_counts=counts.label_counts,
+            chosen_counts=counts.chosen_counts if self.multi_label else None,
+            abstained=counts.abstained,
+            errors=counts.errors,
+            error_kinds=counts.error_kinds,
+            histogram=histogram,
+            report=str(report_path),
+            review=review,
+            options={k: v for k, v in dataclasses.asdict(self.options).items() if k != "fresh"},
+        )
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_bytes(report_path, orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
+        tmp = self.out.with_name(f".tmp-{self.out.name}")
+        join_tables(tmp, self.layout, part_files(parts))
+        tmp.replace(self.out)
+        self.folder.remove()
+        return report
+
+
+def _progress(enabled: bool, expected: int | None, done: int) -> Any:
+    """A tqdm bar of rows with rows/s and ETA (no total, so no ETA, for stdin)."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=expected, initial=done, unit="row", desc="classifying", dynamic_ncols=True, smoothing=0.1)
