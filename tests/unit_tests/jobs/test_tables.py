@@ -1,0 +1,161 @@
+"""Reading and writing tables: each kind round trips through parts and their join, and a row
+that cannot be read keeps its place, its content where it can, and its problem."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError
+from langchain_qwen_fast.jobs.tables import STDIN, Layout, TableReader, TextSource, format_of, join_parts, write_part
+
+ADDED = ["label", "labels", "p_A", "p_B", "abstained", "error"]
+
+
+def rows_of(path: Path, kind: str, column: str = "text") -> tuple[TableReader, list[Any]]:
+    reader = TableReader(str(path), kind, TextSource(column), scan_keys=True)  # type: ignore[arg-type]
+    reader.count()
+    return reader, list(reader.rows())
+
+
+def read_back(path: Path, kind: str) -> list[dict[str, Any]]:
+    if kind == "jsonl":
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    if kind == "csv":
+        with path.open(newline="") as f:
+            return list(csv.DictReader(f))
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def test_format_from_the_name_or_the_flag() -> None:
+    assert format_of("a/b.CSV", None, "--input-format") == "csv"
+    assert format_of("b.ndjson", None, "--input-format") == "jsonl"
+    assert format_of("whatever", "parquet", "--output-format") == "parquet"
+    with pytest.raises(ConfigurationError, match="--input-format"):
+        format_of(STDIN, None, "--input-format")
+    with pytest.raises(ConfigurationError, match=r"cannot tell the kind of b\.txt"):
+        format_of("b.txt", None, "--output-format")
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
+def test_parts_join_into_one_table_that_reads_back(tmp_path: Path, kind: str) -> None:
+    layout = Layout(kind, ["id", "text"], ADDED, True)  # type: ignore[arg-type]
+    rows = [
+        {"id": str(i), "text": f"text, \"quoted\" {i}\nsecond line", "label": "A", "labels": ["A", "B"][: i % 3],
+         "p_A": 0.25 * (i % 4), "p_B": None, "abstained": i == 2, "error": None if i % 2 else "InvalidInputError: x"}
+        for i in range(7)
+    ]  # fmt: skip
+    parts = []
+    for k, start in enumerate(range(0, 7, 3)):
+        parts.append(tmp_path / f"part{k}.{kind}")
+        write_part(parts[-1], layout, rows[start : start + 3])
+    target = tmp_path / f"out.{kind}"
+    join_parts(target, layout, parts)
+    back = read_back(target, kind)
+    assert [r["text"] for r in back] == [r["text"] for r in rows]
+    if kind == "csv":  # text cells; labels joined with "|", booleans as true/false, None empty
+        assert [r["labels"] for r in back[:3]] == ["", "A", "A|B"]
+        assert [r["abstained"] for r in back[:3]] == ["false", "false", "true"]
+        assert back[1]["error"] == "" and back[0]["error"] == "InvalidInputError: x"
+        assert float(back[3]["p_A"]) == 0.75 and back[3]["p_B"] == ""
+    else:
+        assert [r["labels"] for r in back] == [r["labels"] for r in rows]
+        assert [r["abstained"] for r in back] == [r["abstained"] for r in rows]
+        assert [r["p_A"] for r in back] == [r["p_A"] for r in rows]
+        assert [r["error"] for r in back] == [r["error"] for r in rows]
+    # and the job reads its own output again
+    _, again = rows_of(target, kind)
+    assert [r.text for r in again] == [r["text"] for r in rows]
+
+
+def test_csv_bad_rows_keep_their_place_and_content(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_bytes(
+        b"id,text,extra\n"
+        b"1,fine,x\n"
+        b"2,caf\xe9 latin-1,x\n"  # not UTF-8
+        b"3,short\n"  # a field short
+        b"4,long,x,y\n"  # a field too many
+        b"\n"  # blank: not a row
+        b'5,"two\nlines",x\n'
+    )
+    reader, rows = rows_of(path, "csv")
+    assert reader.count() == 5 and reader.columns == ["id", "text", "extra"]
+    assert [r.cells["id"] for r in rows] == ["1", "2", "3", "4", "5"]
+    assert rows[0].problem is None and rows[0].text == "fine"
+    assert rows[1].cells["text"] == "caf\ufffd latin-1" and "not UTF-8" in (rows[1].problem or "")
+    assert rows[2].cells == {"id": "3", "text": "short", "extra": None}
+    assert rows[2].problem == "has 2 fields, the header 3"
+    assert "has 4 fields, the header 3" in (rows[3].problem or "") and "'y'" in (rows[3].problem or "")
+    assert rows[4].text == "two\nlines" and rows[4].problem is None
+    assert rows[2].place == "line 4"
+
+
+def test_csv_title_and_description_and_ag_news_layout(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text("title,description\nOil,prices rise\n")
+    assert [r.text for r in rows_of(path, "csv")[1]] == ["Oil. prices rise"]
+    ag = tmp_path / "ag.csv"
+    ag.write_text('"3","Oil giant","reports profit"\n"2","Holders","through"\n')
+    reader, rows = rows_of(ag, "csv")
+    assert reader.columns == ["class", "title", "description"] and reader.count() == 2
+    assert [r.text for r in rows] == ["Oil giant. reports profit", "Holders. through"]
+
+
+def test_csv_without_the_text_column_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text("id,body\n1,x\n")
+    with pytest.raises(DataFileError, match="no 'text' column"):
+        rows_of(path, "csv")
+    assert [r.text for r in rows_of(path, "csv", "body")[1]] == ["x"]
+
+
+def test_jsonl_bad_lines_keep_their_place_and_content(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(
+        b'{"id": 1, "text": "fine"}\n'
+        b"not json at all\n"
+        b'{"id": 3, "body": "no text key"}\n'
+        b'{"id": 4, "text": "caf\xe9"}\n'
+        b"\n"
+        b"[1, 2]\n"
+        b'{"id": 6, "text": 7, "late": true}\n'
+    )
+    reader, rows = rows_of(path, "jsonl")
+    assert reader.count() == 6
+    assert reader.columns == ["id", "text", "body", "late"]  # every key of every row
+    assert rows[0].problem is None and rows[0].text == "fine"
+    assert rows[1].cells == {"text": "not json at all"} and "is not JSON" in (rows[1].problem or "")
+    assert rows[2].cells == {"id": 3, "body": "no text key"} and "no 'text' key" in (rows[2].problem or "")
+    assert rows[3].cells["text"] == "caf\ufffd" and "not UTF-8" in (rows[3].problem or "")
+    assert "not an object" in (rows[4].problem or "") and rows[4].place == "line 6"
+    assert rows[5].text == 7 and rows[5].problem is None  # not text: the job's text check names it
+
+
+def test_parquet_keeps_its_types(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "text": ["a", None], "score": [0.5, 1.5]}), path)
+    reader, rows = rows_of(path, "parquet")
+    assert reader.count() == 2 and [r.text for r in rows] == ["a", None]
+    layout = Layout("parquet", reader.columns or [], ["label", "error"], False, reader.arrow_schema)
+    schema = layout.schema()
+    assert str(schema.field("id").type) == "int64" and str(schema.field("score").type) == "double"
+
+
+def test_parquet_from_stdin_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="Parquet cannot be read from stdin"):
+        TableReader(STDIN, "parquet", TextSource())
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(DataFileError, match="no such file"):
+        TableReader(str(tmp_path / "nope.csv"), "csv", TextSource())
