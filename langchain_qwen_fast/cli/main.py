@@ -42,6 +42,7 @@ COMMANDS: dict[str, Command] = {
     "eval": Command("langchain_qwen_fast.cli.eval", "accuracy, macro-F1 and calibration on a labelled file"),
     "classify": Command("langchain_qwen_fast.cli.classify", "label every row of a CSV/JSONL/Parquet file, resumable"),
     "bench": Command("langchain_qwen_fast.cli.bench", "side-by-side latency and throughput against other paths"),
+    "bench-job": Command("langchain_qwen_fast.cli.bench_job", "the classify job against abatch; the job's memory"),
     "bench-scale": Command("langchain_qwen_fast.cli.bench_scale", "servers per GPU, load sweeps, router, traces"),
     "api": Command("langchain_qwen_fast.cli.api", "an HTTP classification service in front of vLLM"),
     "build-test-model": Command(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -68,6 +69,29 @@ def accuracy_loop(
             process.wait(timeout=120)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def review_loop(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BackgroundExample | None]:
+    """The review loop example, started in the background as :func:`accuracy_loop` is (it trains
+    twice and starts two servers of its own, one after the other); its test waits for it."""
+    if not any(item.name == "test_review_loop_example" for item in request.session.items):
+        yield None
+        return
+    work = tmp_path_factory.mktemp("review-loop")
+    output = work / "printed.txt"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            example_command("review_loop.py", "--work", str(work)), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
+        )
+    try:
+        yield BackgroundExample(process, work, output)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=120)
+
+
 @pytest.mark.parametrize(
     ("name", "expect"),
     [
@@ -89,9 +113,9 @@ def test_classify_file_example(server_url: str, tmp_path: Path) -> None:
         "classify_file.py", "examples/data/news_sample.csv", "--out", str(out), "--base-url", server_url
     )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 12 and "wrote 12 rows" in printed
-    assert rows[1]["text"].startswith("Holders through after late goal.")
-    assert all(r["label"] in ("World", "Sports", "Business", "Sci/Tech") for r in rows)
+    assert len(rows) == 12 and "wrote 12 rows" in printed and "label distribution" in printed
+    assert rows[1]["title"] == "Holders through after late goal"  # AG News layout: class, title, description
+    assert all(r["label"] in ("World", "Sports", "Business", "Sci/Tech") and r["error"] is None for r in rows)
 
 
 def test_latency_comparison_example(server_url: str, tmp_path: Path) -> None:
@@ -121,7 +145,7 @@ def test_classify_file_example_over_client_processes(server_url: str, news_texts
         "classify_file.py", str(source), "--out", str(out), "--processes", "2", "--base-url", server_url
     )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert "wrote 2100 rows" in printed and "(1 could not be classified)" in printed
+    assert "wrote 2100 rows" in printed and "errors: 1 (InvalidInputError 1)" in printed
     assert [r["text"] for r in rows] == texts
     assert rows[5]["label"] is None and "InvalidInputError" in rows[5]["error"]
 
@@ -135,3 +159,16 @@ def test_accuracy_loop_example(accuracy_loop: BackgroundExample | None) -> None:
     report = json.loads((accuracy_loop.work / "eval" / "report.json").read_text())
     assert saved["temperature"] == report["calibration"]["temperature"] != 1.0
     assert report["accuracy"] >= 0.9  # trained on generated headlines, validated on others
+
+
+def test_review_loop_example(review_loop: BackgroundExample | None) -> None:
+    """Train on a few rows, classify a pool with the job, label its review queue, train again:
+    held-out accuracy rises."""
+    assert review_loop is not None
+    printed = review_loop.printed()
+    found = re.search(r"held-out accuracy: before ([0-9.]+), after ([0-9.]+)", printed)
+    assert found, printed[-3000:]
+    before, after = map(float, found.groups())
+    assert after > before
+    report = json.loads((review_loop.work / "pool-labelled.parquet.report.json").read_text())
+    assert report["rows"] == 2000 and report["errors"] == 0 and report["review"]["rows"] > 0

@@ -1,0 +1,241 @@
+"""``qwen-fast classify``'s job against ``QwenClassifier.abatch``, and the job's memory.
+
+Speed (:func:`run_job_bench`): on one server and one classifier, each round times
+``abatch`` over ``rows`` fresh texts in one call, and the whole job (a CSV of as many other
+fresh texts read, classified in chunks, written, joined, its report written; no progress bar
+or histogram) one after the other, the order swapped each round, so drift hits both alike.
+Prints both rates per round, their medians and the ratio job / abatch; writes JSON.
+
+Memory (:func:`run_memory`): for each size, a fresh process generates a CSV of that many rows
+(row by row), runs the job on it and reports its peak resident memory (``ru_maxrss``) before
+and after the job. Against a server, or (``canned``) against the canned vLLM of the
+repository's tests (``tests/support/fake_vllm.py``, in the process: no server, so far more rows
+per second than a CPU server gives; only from a checkout of the repository).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import importlib
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_qwen_fast.bench.measure import LABELS, FreshTexts
+from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.testing.samples import headlines
+
+
+@dataclass(frozen=True)
+class JobBenchOptions:
+    """One ``qwen-fast bench-job`` run; each field has a flag of the same name."""
+
+    base_url: str | None = None
+    #: a model to serve here for the run (a CPU or GPU server, by the machine)
+    start_server: str | None = None
+    model: str = "qwen3"
+    #: rows per path per round
+    rows: int = 4096
+    rounds: int = 3
+    chunk_rows: int = 1024
+    chunks_in_flight: int = 3
+    #: instead of the speed comparison: the job's peak memory at each of these sizes
+    memory: tuple[int, ...] = ()
+    #: with ``memory``: against the repository's canned vLLM instead of a server
+    canned: bool = False
+    out: str = "out/bench-job"
+
+
+def _write_csv(path: Path, texts: Iterator[str] | list[str]) -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text"])
+        for i, text in enumerate(texts):
+            writer.writerow([i, text])
+    return path
+
+
+def run_job_bench(options: JobBenchOptions) -> dict[str, Any]:
+    """The speed comparison (see the module docstring); prints it and writes results.json."""
+    from langchain_qwen_fast.serving import VLLMServer
+
+    if options.memory:
+        return run_memory(options)
+    if (options.base_url is None) == (options.start_server is None):
+        raise ConfigurationError("give --base-url URL or --start-server MODEL (one of them)")
+    if options.start_server is None:
+        return _compare(options, options.base_url or "")
+    with VLLMServer(options.start_server, served_model_name=options.model) as server:
+        print(f"server ready in {server.startup_seconds:.0f} s at {server.base_url}", flush=True)
+        return _compare(options, server.base_url)
+
+
+def _compare(options: JobBenchOptions, url: str) -> dict[str, Any]:
+    from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
+
+    fresh = FreshTexts()
+    classifier = QwenClassifier(labels=LABELS, base_url=url, model=options.model)
+    classifier.batch(fresh(64))  # set-up done, connections open, the server warm
+    work = Path(tempfile.mkdtemp(prefix="bench-job-"))
+    rounds = []
+    try:
+        for round_number in range(options.rounds):
+            order = ["abatch", "job"] if round_number % 2 == 0 else ["job", "abatch"]
+            rates: dict[str, float] = {}
+            for path in order:
+                texts = fresh(options.rows)
+                if path == "abatch":
+                    t0 = time.perf_counter()
+                    results = asyncio.run(_abatch(classifier, texts))
+                    seconds = time.perf_counter() - t0
+                    failed = sum(isinstance(r, BaseException) for r in results)
+                else:
+                    source = _write_csv(work / f"in-{round_number}.csv", texts)
+                    job = ClassifyOptions(
+                        str(source), str(work / f"out-{round_number}.csv"), labels=tuple(LABELS),
+                        chunk_rows=options.chunk_rows, chunks_in_flight=options.chunks_in_flight,
+                        progress=False, histogram=False,
+                    )  # fmt: skip
+                    t0 = time.perf_counter()
+                    report = classify_table(job, classifier)
+                    seconds = time.perf_counter() - t0
+                    failed = report.errors
+                if failed:
+                    raise RuntimeError(f"{path}: {failed} of {options.rows} rows failed; is the server healthy?")
+                rates[path] = options.rows / seconds
+            rounds.append(rates)
+            print(
+                f"round {round_number + 1}: abatch {rates['abatch']:.1f} rows/s, job {rates['job']:.1f} rows/s, "
+                f"job/abatch {rates['job'] / rates['abatch']:.3f}",
+                flush=True,
+            )
+    finally:
+        classifier.close()
+    abatch = statistics.median(r["abatch"] for r in rounds)
+    job_rate = statistics.median(r["job"] for r in rounds)
+    ratios = [r["job"] / r["abatch"] for r in rounds]
+    result = {
+        "options": asdict(options),
+        "rounds": rounds,
+        "abatch_rows_per_s": round(abatch, 1),
+        "job_rows_per_s": round(job_rate, 1),
+        "ratio_of_medians": round(job_rate / abatch, 4),
+        "ratios": [round(r, 4) for r in ratios],
+    }
+    print(
+        f"median: abatch {abatch:.1f} rows/s, job {job_rate:.1f} rows/s; job/abatch {job_rate / abatch:.3f} "
+        f"(rounds {min(ratios):.3f}-{max(ratios):.3f})"
+    )
+    _save(options, result)
+    return result
+
+
+async def _abatch(classifier: Any, texts: list[str]) -> list[Any]:
+    try:
+        return list(await classifier.abatch(texts, return_exceptions=True))
+    finally:
+        await classifier.aclose()
+
+
+def _save(options: JobBenchOptions, result: dict[str, Any]) -> None:
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out / 'results.json'}")
+
+
+def run_memory(options: JobBenchOptions) -> dict[str, Any]:
+    """The job's peak memory at each size in ``options.memory``, each in a fresh process."""
+    if not options.canned and options.base_url is None:
+        raise ConfigurationError("--memory needs --base-url URL or --canned")
+    sizes = []
+    for rows in options.memory:
+        command = [sys.executable, "-m", "langchain_qwen_fast.bench.classify_job", str(rows), options.model,
+                   "canned" if options.canned else (options.base_url or ""), str(options.chunk_rows),
+                   str(options.chunks_in_flight)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the memory run of {rows} rows failed:\n{done.stderr[-3000:]}")
+        sizes.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        row = sizes[-1]
+        print(
+            f"{rows:>9} rows: peak RSS {row['peak_rss_mib']:.0f} MiB (before the job {row['before_job_mib']:.0f} "
+            f"MiB), {row['rows_per_s']:.0f} rows/s, input {row['input_mib']:.0f} MiB",
+            flush=True,
+        )
+    result = {"options": asdict(options), "sizes": sizes}
+    _save(options, result)
+    return result
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _memory_one(rows: int, model: str, where: str, chunk_rows: int, in_flight: int) -> dict[str, Any]:
+    """One size of :func:`run_memory`, in this process: generate, classify, measure."""
+    from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
+
+    settings: dict[str, Any] = {"labels": LABELS, "model": model}
+    if where == "canned":
+        root = Path(__file__).resolve().parents[2]
+        if not (root / "tests" / "support" / "fake_vllm.py").is_file():
+            raise ConfigurationError("--canned needs a checkout of the repository (tests/support/fake_vllm.py)")
+        sys.path.insert(0, str(root))
+        canned = importlib.import_module("tests.support.fake_vllm")
+        settings.update(base_url="http://canned.test/v1", http_transport=canned.FakeVLLM(requests=_Discard()).transport)
+    else:
+        settings["base_url"] = where
+    classifier = QwenClassifier(**settings)
+    classifier.batch(["warm-up"])
+    with tempfile.TemporaryDirectory(prefix="bench-job-memory-") as work:
+        source = _write_csv(Path(work) / "in.csv", distinct_texts(rows))
+        before = _peak_mib()
+        job = ClassifyOptions(str(source), str(Path(work) / "out.csv"), labels=tuple(LABELS), chunk_rows=chunk_rows,
+                              chunks_in_flight=in_flight, progress=False, histogram=True)  # fmt: skip
+        t0 = time.perf_counter()
+        report = classify_table(job, classifier)
+        seconds = time.perf_counter() - t0
+        size = source.stat().st_size / 2**20
+    classifier.close()
+    return {
+        "rows": rows,
+        "peak_rss_mib": round(_peak_mib(), 1),
+        "before_job_mib": round(before, 1),
+        "seconds": round(seconds, 1),
+        "rows_per_s": round(rows / seconds, 1),
+        "errors": report.errors,
+        "input_mib": round(size, 1),
+        "server": "canned (tests/support/fake_vllm.py, in process)" if where == "canned" else where,
+    }
+
+
+def distinct_texts(rows: int) -> Iterator[str]:
+    """``rows`` distinct headlines, made one at a time (nothing held): a headline and the row's
+    number spelt digit by digit, so that the words stay few (the canned server's toy tokenizer
+    keeps every word it has seen)."""
+    base = headlines(240)
+    for i in range(rows):
+        yield f"{base[i % len(base)]}, item {' '.join(str(i))}"
+
+
+class _Discard(list[Any]):
+    """A request log that keeps nothing (the canned server records every request otherwise)."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+
+if __name__ == "__main__":
+    print(json.dumps(_memory_one(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))))
