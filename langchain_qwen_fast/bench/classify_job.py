@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,23 +68,24 @@ def run_job_bench(options: JobBenchOptions) -> dict[str, Any]:
     """The speed comparison (see the module docstring); prints it and writes results.json."""
     from langchain_qwen_fast.serving import VLLMServer
 
-    if options.memory:
+    if options.memory and options.canned:
         return run_memory(options)
     if (options.base_url is None) == (options.start_server is None):
-        raise ConfigurationError("give --base-url URL or --start-server MODEL (one of them)")
+        raise ConfigurationError("give --base-url URL or --start-server MODEL (one of them), or --memory with --canned")
+    measure = run_memory if options.memory else _compare
     if options.start_server is None:
-        return _compare(options, options.base_url or "")
+        return measure(options)
     with VLLMServer(options.start_server, served_model_name=options.model) as server:
         print(f"server ready in {server.startup_seconds:.0f} s at {server.base_url}", flush=True)
-        return _compare(options, server.base_url)
+        return measure(replace(options, base_url=server.base_url, start_server=None))
 
 
-def _compare(options: JobBenchOptions, url: str) -> dict[str, Any]:
+def _compare(options: JobBenchOptions) -> dict[str, Any]:
     from langchain_qwen_fast import QwenClassifier
     from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
 
     fresh = FreshTexts()
-    classifier = QwenClassifier(labels=LABELS, base_url=url, model=options.model)
+    classifier = QwenClassifier(labels=LABELS, base_url=options.base_url or "", model=options.model)
     classifier.batch(fresh(64))  # set-up done, connections open, the server warm
     work = Path(tempfile.mkdtemp(prefix="bench-job-"))
     rounds = []
