@@ -353,7 +353,7 @@ def _text_cell(value: Any) -> str | None:
     for Parquet columns that hold text."""
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, default=str)  # dates, decimals, bytes: as text
 
 
 def _csv_cell(value: Any) -> str:
@@ -401,8 +401,8 @@ def write_part(path: Path, layout: Layout, rows: Sequence[dict[str, Any]]) -> No
 def _json_line(row: dict[str, Any]) -> bytes:
     try:
         return orjson.dumps(row) + b"\n"
-    except TypeError:  # what orjson does not take (integers past 64 bits): the standard encoder
-        return (json.dumps(row, ensure_ascii=False) + "\n").encode()
+    except TypeError:  # what orjson does not take (integers past 64 bits, bytes): the standard encoder
+        return (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
 
 
 def _sync(f: IO[Any]) -> None:

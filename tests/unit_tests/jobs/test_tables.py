@@ -159,3 +159,15 @@ def test_parquet_from_stdin_is_refused() -> None:
 def test_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(DataFileError, match="no such file"):
         TableReader(str(tmp_path / "nope.csv"), "csv", TextSource())
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
+def test_values_that_are_not_text_are_written_as_text(tmp_path: Path, kind: str) -> None:
+    import datetime as dt
+
+    layout = Layout(kind, ["when", "raw", "n"], ["label", "error"], False)  # type: ignore[arg-type]
+    row = {"when": dt.date(2026, 12, 1), "raw": b"\x00\x01", "n": 2**70, "label": "A", "error": None}
+    write_part(tmp_path / f"p.{kind}", layout, [row])
+    join_parts(tmp_path / f"out.{kind}", layout, [tmp_path / f"p.{kind}"])
+    (back,) = read_back(tmp_path / f"out.{kind}", kind)
+    assert str(back["n"]).strip('"') == str(2**70) and "2026-12-01" in str(back["when"]) and back["label"] == "A"
