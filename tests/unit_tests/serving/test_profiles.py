@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from langchain_qwen_fast.serving.launcher import VLLMServer
-from langchain_qwen_fast.serving.profiles import PROFILES, SKIP_TOKENIZER, drop_flags
+from langchain_qwen_fast.serving.profiles import PROFILES, SKIP_TOKENIZER, drop_flags, model_threads_env
 
 
 def test_profiles_are_tuned_for_classification() -> None:
-    assert PROFILES["cpu"].env["VLLM_CPU_KVCACHE_SPACE"]
+    cpu = PROFILES["cpu"]
+    assert cpu.env["VLLM_CPU_KVCACHE_SPACE"]
+    # The model runs in the engine core's process: vllm-cpu takes the uni executor only with
+    # multiprocessing off for it, and swaps in its process executor otherwise.
+    assert cpu.args[cpu.args.index("--distributed-executor-backend") + 1] == "uni"
+    assert cpu.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     gpu = PROFILES["gpu"].args
     # A KV cache sized for short prompts (not most of the card) and full CUDA graphs.
     assert gpu[gpu.index("--kv-cache-memory-bytes") + 1] == "2G"
@@ -17,6 +25,18 @@ def test_profiles_are_tuned_for_classification() -> None:
     assert PROFILES["default"].args == ()  # vLLM's own defaults, for comparisons
     for name in ("cpu", "gpu"):
         assert "--enable-prefix-caching" in PROFILES[name].args
+
+
+def test_the_cpu_profile_leaves_a_core_to_the_api_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert model_threads_env(PROFILES["cpu"], {}) == {"OMP_NUM_THREADS": "3"}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert model_threads_env(PROFILES["cpu"], {}) == {"OMP_NUM_THREADS": "1"}  # never none
+    assert model_threads_env(PROFILES["cpu"], {"OMP_NUM_THREADS": "8"}) == {}  # set by the operator
+    assert model_threads_env(PROFILES["gpu"], {}) == {}  # vLLM's own choice
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert VLLMServer("m", profile="cpu", port=1).command_env == {"OMP_NUM_THREADS": "1"}
+    assert VLLMServer("m", profile="cpu", port=1, env={"OMP_NUM_THREADS": "2"}).command_env == {}
 
 
 def test_drop_flags_removes_flags_with_their_values() -> None:
