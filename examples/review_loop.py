@@ -63,9 +63,8 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=300, help="labelled rows to start from")
     parser.add_argument("--pool", type=int, default=2000, help="unlabelled rows to classify")
     parser.add_argument("--held-out", type=int, default=400, help="held-out labelled rows")
-    parser.add_argument("--review-below", type=float, default=0.45)
-    parser.add_argument("--review-sample", type=int, default=40)
-    parser.add_argument("--review-max", type=int, default=400, help="rows the person labels at most (least sure first)")
+    parser.add_argument("--review-below", type=float, default=0.285)
+    parser.add_argument("--review-sample", type=int, default=60)
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="review-loop-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -96,8 +95,7 @@ def main() -> None:
 
     # 4. The person labels the review file (here: from the generator's ground truth).
     with review.open(newline="") as f:
-        queue = list(csv.DictReader(f))
-    rows = sorted(queue, key=lambda row: float(row["model_probability"]))[: args.review_max]
+        rows = list(csv.DictReader(f))
     for row in rows:
         row["label"] = pool[int(row["row"])][1]
     with review.open("w", newline="") as f:
@@ -106,7 +104,7 @@ def main() -> None:
         writer.writerows(rows)
     reviewed, _ = LabelledFile(str(review)).read(LABELS)
     agreed = sum(row["model_label"] == row["label"] for row in rows)
-    print(f"reviewed {len(reviewed)} of {len(queue)} queued rows; the first model had {agreed} right", flush=True)
+    print(f"reviewed {len(reviewed)} rows; the first model had {agreed} of them right", flush=True)
     train_csv = write_labelled(work / "train-2.csv", [*small, *reviewed])
     items, _ = LabelledFile(str(train_csv)).read(LABELS)
     second = train_model(items, work / "model-2", base, seed=0)
