@@ -36,7 +36,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -309,8 +309,9 @@ def _run(
     if not pending:
         return RayJobReport(output, rows, len(bounds), skipped, [], 0, 0, time.perf_counter() - started)
     parts = dataset.split_at_indices([stop for _, stop in bounds[:-1]])
-    todo = [parts[i] for i in pending]
-    selected = todo[0].union(*todo[1:]) if len(todo) > 1 else todo[0]
+    # The pending shards' blocks, in input order: Dataset.union does not keep the order of
+    # its inputs' blocks (seen with Ray 2.60 on JSONL input), a dataset of block refs does.
+    selected = ray.data.from_arrow_refs([ref for i in pending for ref in parts[i].to_arrow_refs()])
     classified = selected.map_batches(
         QwenClassifierBatch,
         fn_constructor_kwargs={"options": options, "columns": columns},
@@ -318,7 +319,7 @@ def _run(
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=ray_options.actors),
         num_cpus=ray_options.actor_cpus,
-        **({"resources": dict(ray_options.actor_resources)} if ray_options.actor_resources else {}),
+        resources=dict(ray_options.actor_resources) or None,
     )
     sizes = [bounds[i][1] - bounds[i][0] for i in pending]
     errors = 0
@@ -383,7 +384,7 @@ def open_output(output: Path, record: dict[str, Any], *, fresh: bool) -> None:
     atomic_bytes(file, orjson.dumps({"version": JOB_FILE_VERSION, "job": record}, option=orjson.OPT_INDENT_2))
 
 
-def cut_into_shards(tables: Iterator[Any], sizes: Sequence[int]) -> Iterator[Any]:
+def cut_into_shards(tables: Iterable[Any], sizes: Sequence[int]) -> Iterator[Any]:
     """The stream of ``pyarrow`` tables in order, cut into one table of each size in turn."""
     import pyarrow as pa
 
