@@ -7,6 +7,7 @@ import sys
 
 from langchain_qwen_fast.cli.options import add_labelled_file_arguments, defaults, options_from
 from langchain_qwen_fast.training import LabelledFile, TrainOptions
+from langchain_qwen_fast.training.data import LabelLists, is_multi_label
 
 DESCRIPTION = """\
 Fine-tune Qwen3 for a label set, into a directory vLLM serves as it is.
@@ -32,6 +33,13 @@ validation split is scored (accuracy, macro-F1) after every epoch; training stop
 macro-F1 stops improving, and the best epoch is exported. Every epoch writes a checkpoint;
 --resume continues from it. bf16 autocast on GPU, fp32 on CPU.
 
+Multi-label data: a list of labels per row, a JSON list in JSONL (detected) or, with
+--multi-label, a CSV cell of labels joined with --label-separator. A head then has a sigmoid
+per label (binary cross-entropy; vLLM's /classify applies the sigmoid); SFT trains the
+classifier's multi-label prompt, a yes/no question per label, answered yes or no. Epochs are
+scored by micro- and macro-F1 at threshold 0.5; each label's threshold is then tuned on the
+validation split (best F1) and saved with multi_label=True in classifier.json.
+
 The output directory also holds classifier.json (labels in class order, mode, prompt layout)
 and training.json (options, per-epoch history, samples/s), so
 QwenClassifier.load(DIR, base_url=..., model=...) points at the served model with no hand
@@ -40,13 +48,19 @@ mapping. Needs the 'train' extra (transformers, peft, accelerate, scikit-learn, 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """``train``'s options: one per field of :class:`LabelledFile` and :class:`TrainOptions`
-    (but ``label_descriptions``), whose defaults they show; and ``--labels``."""
+    """``train``'s options: one per field of :class:`LabelledFile`, :class:`LabelLists` and
+    :class:`TrainOptions` (but ``label_descriptions``), whose defaults they show; and ``--labels``."""
     p.add_argument("--base-model", required=True, help="model directory (or hub id) to start from")
     p.add_argument("--method", choices=["head", "sft"], required=True)
     p.add_argument("--out", required=True, help="output directory (served by vLLM as it is)")
     p.add_argument("--labels", nargs="+", help="label set in class order (default: the file's, sorted)")
     add_labelled_file_arguments(p, "labelled CSV or JSONL (the layouts qwen-fast eval reads)")
+    p.add_argument(
+        "--multi-label",
+        action=argparse.BooleanOptionalAction,
+        help="a list of labels per row (default: yes for a JSONL file whose labels are JSON lists)",
+    )
+    p.add_argument("--label-separator", help="what joins a CSV cell's labels (default: %(default)s)")
     p.add_argument("--epochs", type=int, help="default: %(default)s")
     p.add_argument("--batch-size", type=int, help="default: %(default)s")
     p.add_argument("--learning-rate", type=float, help="default: 3e-5 full fine-tuning, 2e-4 LoRA")
@@ -70,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
     p.add_argument("--device", help="cpu or cuda (default: cuda where there is one)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    p.set_defaults(**defaults(TrainOptions))
+    p.set_defaults(**defaults(TrainOptions), **defaults(LabelLists))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
 
     options = options_from(TrainOptions, args)
     try:
-        items, labels = options_from(LabelledFile, args).read(args.labels)
-        print(f"training {options.method} on {len(items)} items, labels {labels}", flush=True)
+        items, labels = options_from(LabelLists, args).read(options_from(LabelledFile, args), args.labels)
+        kind = "multi-label " if is_multi_label(items) else ""
+        print(f"training {options.method} on {len(items)} {kind}items, labels {labels}", flush=True)
         report = train(items, labels, options)
     except (ConfigurationError, DataFileError) as exc:
         print(f"qwen-fast train: {exc}", file=sys.stderr)
@@ -92,5 +107,8 @@ def run(args: argparse.Namespace) -> int:
         if report["finished"]
         else f"stopped after {report['steps']} steps (--max-steps; --resume continues)"
     )
+    if report.get("thresholds"):
+        at = report["validation_at_thresholds"]
+        done += f"; thresholds {report['thresholds']} (validation micro-F1 {at['micro_f1']:.4f} at them)"
     print(f"{done}; {report['train_samples_per_s']} samples/s on {report['device']}; wrote {options.out}")
     return 0

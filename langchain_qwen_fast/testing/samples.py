@@ -6,6 +6,9 @@
 * :func:`headlines`: short synthetic headlines, distinct, as many as asked.
 * :func:`news_items`: distinct news paragraphs of about 60 tokens (a classifier prompt of
   about 100 tokens), the benchmark's texts.
+* :func:`labelled_news`: generated (headline, label) pairs over :data:`AG_NEWS_LABELS`.
+* :func:`multi_labelled_news`: generated headlines that mention one to three of those topics,
+  each with the list of topics it mentions.
 """
 
 from __future__ import annotations
@@ -229,4 +232,29 @@ def labelled_news(n: int, seed: int = 0) -> list[tuple[str, str]]:
         first, second = rng.sample(_TOPIC_PHRASES[label], 2)
         text = f"{first} {rng.choice(_NEUTRAL_VERBS)} {second}{rng.choice(_NEUTRAL_TAILS)}"
         items.append((text[0].upper() + text[1:], label))
+    return items
+
+
+def multi_labelled_news(n: int, seed: int = 0) -> list[tuple[str, tuple[str, ...]]]:
+    """``n`` generated (headline, labels) pairs over :data:`AG_NEWS_LABELS`, reproducible from
+    ``seed``: a headline mentions one topic (two of its phrases, as in :func:`labelled_news`),
+    two (one phrase each, two in five headlines) or three (one in five), and its labels are the
+    topics it mentions, in :data:`AG_NEWS_LABELS` order. Each label applies to about 45 % of
+    the headlines; different seeds give different headlines."""
+    import random
+
+    rng = random.Random(seed)
+    items = []
+    for _ in range(n):
+        count = rng.choice((1, 1, 2, 2, 3))
+        topics = rng.sample(AG_NEWS_LABELS, count)
+        if count == 1:
+            phrases = rng.sample(_TOPIC_PHRASES[topics[0]], 2)
+        else:
+            phrases = [rng.choice(_TOPIC_PHRASES[topic]) for topic in topics]
+        text = f"{phrases[0]} {rng.choice(_NEUTRAL_VERBS)} {phrases[1]}"
+        if count == 3:
+            text += f" {rng.choice(('over', 'with', 'and'))} {phrases[2]}"
+        text += rng.choice(_NEUTRAL_TAILS)
+        items.append((text[0].upper() + text[1:], tuple(x for x in AG_NEWS_LABELS if x in topics)))
     return items

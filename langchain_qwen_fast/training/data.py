@@ -5,6 +5,10 @@ is; otherwise a header (CSV) or keys (JSONL) with a text column (or title and de
 and a label column. A label map turns the file's label values into the classifier's labels
 (``1=World,2=Sports`` or a JSON object); AG News's indices map to World, Sports, Business,
 Sci/Tech by default.
+
+Multi-label files (:class:`LabelLists`, ``qwen-fast train`` only) hold a list of labels per
+row: a JSON list in JSONL, or a cell of labels joined with a separator (``|`` by default) in
+CSV; an empty list or cell is a text that no label applies to.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ from typing import Any
 
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 from langchain_qwen_fast.testing.samples import AG_NEWS_INDEX, AG_NEWS_LABELS
+
+#: A labelled item: (text, label), or (text, labels) in multi-label data.
+LabelledItem = tuple[str, str | Sequence[str]]
+#: The default separator of labels in a multi-label CSV cell.
+LABEL_SEPARATOR = "|"
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,21 @@ def parse_label_map(value: str | None) -> dict[str, str]:
 
 def read_labelled(path: str | Path, text_column: str = "text", label_column: str = "label") -> list[tuple[str, str]]:
     """(text, raw label) pairs from CSV (AG News layout or with a header) or JSONL.
-    :class:`DataFileError` names a missing column or a line that is not JSON."""
+    :class:`DataFileError` names a missing column, a line that is not JSON, and a list of
+    labels (multi-label data: :class:`LabelLists` reads it)."""
+    rows = read_rows(path, text_column, label_column)
+    lists = [number for number, (_, label) in enumerate(rows, 1) if isinstance(label, list)]
+    if lists:
+        raise DataFileError(
+            f"{path} has lists of labels (item {lists[0]} and {len(lists) - 1} more): multi-label data, "
+            "which qwen-fast train reads with --multi-label"
+        )
+    return [(text, str(label)) for text, label in rows]
+
+
+def read_rows(path: str | Path, text_column: str = "text", label_column: str = "label") -> list[tuple[str, Any]]:
+    """(text, raw label value) pairs as :func:`read_labelled` reads them, a JSONL value as it
+    is (a list stays a list), a CSV cell as text."""
     path = Path(path)
 
     def text_of(row: dict[str, Any]) -> str:
@@ -87,15 +110,16 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
 
 def _jsonl_item(
     path: Path, number: int, line: str, text_of: Callable[[dict[str, Any]], str], label_column: str
-) -> tuple[str, str]:
-    """Line ``number`` of a JSONL file as (text, raw label)."""
+) -> tuple[str, Any]:
+    """Line ``number`` of a JSONL file as (text, raw label value)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DataFileError(f"{path}:{number} is not JSON: {exc}") from None
     if not isinstance(row, dict) or label_column not in row:
         raise DataFileError(f"{path}:{number} has no {label_column!r} key")
-    return text_of(row), str(row[label_column])
+    label = row[label_column]
+    return text_of(row), [str(x) for x in label] if isinstance(label, list) else str(label)
 
 
 def labelled_items(
@@ -110,28 +134,115 @@ def labelled_items(
     given, AG News's four for a file of AG News indices, else the file's labels sorted.
     :class:`DataFileError` names labels in the file that the label set lacks."""
     rows = read_labelled(path, text_column, label_column)
-    mapping = parse_label_map(label_map)
-    raw = {label for _, label in rows}
-    default: list[str] | None = None
-    if not mapping and (labels is None or tuple(labels) == AG_NEWS_LABELS) and raw <= set(AG_NEWS_INDEX):
-        mapping, default = AG_NEWS_INDEX, list(AG_NEWS_LABELS)
-    items = [(text, mapping.get(label, label)) for text, label in rows]
-    names = list(labels) if labels else default or sorted({label for _, label in items})
-    unknown = sorted({label for _, label in items} - set(names))
-    if unknown:
-        raise DataFileError(f"labels in {path} that the label set lacks: {unknown}; give a label map")
+    mapping, names = _label_set(path, {label for _, label in rows}, labels, label_map)
+    return [(text, mapping.get(label, label)) for text, label in rows], names
+
+
+def labelled_lists(
+    path: str | Path,
+    labels: Sequence[str] | None = None,
+    label_map: str | None = None,
+    *,
+    separator: str = LABEL_SEPARATOR,
+    text_column: str = "text",
+    label_column: str = "label",
+) -> tuple[list[tuple[str, tuple[str, ...]]], list[str]]:
+    """A multi-label file's (text, labels) pairs, each text's labels mapped, once each and in
+    the label set's order, and the label set (as :func:`labelled_items` picks it). A JSONL
+    list is a text's labels; a text cell (CSV, or a JSONL string) is split at ``separator``,
+    parts stripped, empty ones dropped. :class:`DataFileError` names labels in the file that
+    the label set lacks."""
+    if not separator:
+        raise ConfigurationError("the label separator must not be empty")
+    rows = read_rows(path, text_column, label_column)
+    raw = [
+        (text, [str(x).strip() for x in (label if isinstance(label, list) else str(label).split(separator))])
+        for text, label in rows
+    ]
+    split = [(text, [x for x in values if x]) for text, values in raw]
+    mapping, names = _label_set(path, {x for _, values in split for x in values}, labels, label_map)
+    order = {name: k for k, name in enumerate(names)}
+    items = []
+    for text, values in split:
+        mapped = {mapping.get(x, x) for x in values}
+        items.append((text, tuple(sorted(mapped, key=order.__getitem__))))
     return items, names
 
 
-def write_labelled(path: str | Path, items: Sequence[tuple[str, str]]) -> Path:
-    """Write (text, label) pairs as CSV with a ``text,label`` header, or JSONL for ``.jsonl``."""
+def is_multi_label(items: Sequence[LabelledItem]) -> bool:
+    """Whether ``items`` are multi-label: (text, labels) pairs rather than (text, label) ones.
+    :class:`ConfigurationError` when some items have one label and others a list."""
+    lists = [not isinstance(label, str) for _, label in items]
+    if any(lists) and not all(lists):
+        raise ConfigurationError("some items have one label and others a list of labels; give every item a list")
+    return any(lists)
+
+
+def _label_set(
+    path: str | Path, raw: set[str], labels: Sequence[str] | None, label_map: str | None
+) -> tuple[dict[str, str], list[str]]:
+    """The label map to apply and the label set: ``labels`` when given, AG News's four for a
+    file of AG News indices, else the file's mapped labels sorted. :class:`DataFileError`
+    names labels in the file that the label set lacks."""
+    mapping = parse_label_map(label_map)
+    default: list[str] | None = None
+    if not mapping and (labels is None or tuple(labels) == AG_NEWS_LABELS) and raw <= set(AG_NEWS_INDEX):
+        mapping, default = dict(AG_NEWS_INDEX), list(AG_NEWS_LABELS)
+    mapped = {mapping.get(label, label) for label in raw}
+    names = list(labels) if labels else default or sorted(mapped)
+    unknown = sorted(mapped - set(names))
+    if unknown:
+        raise DataFileError(f"labels in {path} that the label set lacks: {unknown}; give a label map")
+    return mapping, names
+
+
+@dataclass(frozen=True)
+class LabelLists:
+    """Whether a labelled file holds a list of labels per row, and how a CSV cell splits into
+    them; each field has a ``qwen-fast train`` flag of the same name."""
+
+    #: None: multi-label when the file is JSONL and a row's labels are a JSON list
+    multi_label: bool | None = None
+    #: what joins the labels in a CSV cell (or a JSONL string)
+    label_separator: str = LABEL_SEPARATOR
+
+    def is_multi_label(self, data: LabelledFile) -> bool:
+        """Whether ``data`` is read as multi-label: as asked, or detected from JSONL lists."""
+        if self.multi_label is not None:
+            return self.multi_label
+        data.check()
+        if Path(data.path).suffix != ".jsonl":
+            return False
+        return any(isinstance(label, list) for _, label in read_rows(data.path, data.text_column, data.label_column))
+
+    def read(self, data: LabelledFile, labels: Sequence[str] | None = None) -> tuple[list[LabelledItem], list[str]]:
+        """``data``'s items and label set: (text, labels) pairs (:func:`labelled_lists`) when
+        multi-label, else (text, label) pairs (:meth:`LabelledFile.read`)."""
+        if not self.is_multi_label(data):
+            single, names = data.read(labels)
+            return list(single), names
+        multi, names = labelled_lists(
+            data.path,
+            labels,
+            data.label_map,
+            separator=self.label_separator,
+            text_column=data.text_column,
+            label_column=data.label_column,
+        )
+        return list(multi), names
+
+
+def write_labelled(path: str | Path, items: Sequence[LabelledItem], separator: str = LABEL_SEPARATOR) -> Path:
+    """Write (text, label) pairs as CSV with a ``text,label`` header, or JSONL for ``.jsonl``;
+    a list of labels (multi-label) is a JSON list in JSONL, joined with ``separator`` in CSV."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".jsonl":
-        path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in items))
+        lines = (json.dumps({"text": t, "label": y if isinstance(y, str) else list(y)}) + "\n" for t, y in items)
+        path.write_text("".join(lines))
         return path
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["text", "label"])
-        writer.writerows(items)
+        writer.writerows((t, y if isinstance(y, str) else separator.join(y)) for t, y in items)
     return path

@@ -1,12 +1,13 @@
 """What a training run leaves in its output directory: what vLLM serves as it is (merged
 weights, a LoRA adapter, or a head written into a causal LM for the generate runner), the base
 model's tokenizer files and chat template, and the classifier's configuration
-(``classifier.json``), so that ``QwenClassifier.load(DIR, base_url=...)`` needs no hand mapping."""
+(``classifier.json``), so that ``QwenClassifier.load(DIR, base_url=...)`` needs no hand mapping;
+a multi-label one carries ``multi_label=True`` and the tuned threshold of each label."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,16 @@ _TOKENIZER_FILES = (
 )
 
 
-def export(task: HeadTask | SFTTask, model: Any, options: TrainOptions, labels: Sequence[str]) -> Path:
+def export(
+    task: HeadTask | SFTTask,
+    model: Any,
+    options: TrainOptions,
+    labels: Sequence[str],
+    thresholds: Mapping[str, float] | None = None,
+) -> Path:
     """Write what vLLM serves (merged weights, or a LoRA adapter) and the classifier's
-    configuration into ``options.out``."""
+    configuration into ``options.out``; a multi-label task's classifier answers a label at or
+    above its threshold in ``thresholds`` (0.5 for all without them)."""
     from langchain_qwen_fast.classifiers import QwenClassifier
 
     out = Path(options.out)
@@ -56,6 +64,8 @@ def export(task: HeadTask | SFTTask, model: Any, options: TrainOptions, labels: 
         instructions=options.instructions,
         label_descriptions=options.label_descriptions,
         model=name,
+        multi_label=task.multi_label,
+        threshold=dict(thresholds) if task.multi_label and thresholds else 0.5,
     ).save(out)
     return out
 

@@ -33,7 +33,7 @@ class TrainOptions:
     lora_rank: int = 16
     lora_alpha: int = 32
     val_fraction: float = 0.1
-    #: epochs without a better validation macro-F1 before stopping
+    #: epochs without a better validation macro-F1 (multi-label: at threshold 0.5) before stopping
     patience: int = 2
     seed: int = 0
     #: tokens kept of each text
@@ -66,9 +66,13 @@ class TrainOptions:
             return self.learning_rate
         return 2e-4 if self.uses_lora else 3e-5
 
-    def check(self) -> None:
-        """Raise :class:`ConfigurationError` for an export these options cannot make (checked
-        before any model loads)."""
+    def check(self, multi_label: bool = False) -> None:
+        """Raise :class:`ConfigurationError` for an export these options cannot make, for
+        single- or ``multi_label`` data (checked before any model loads)."""
+        if multi_label and self.method == "head" and self.export == "generate":
+            raise ConfigurationError(
+                "--export generate is single-label: a multi-label (sigmoid) head is served through /classify"
+            )
         if self.method == "sft" and not self.uses_lora and self.export == "adapter":
             raise ConfigurationError("--export adapter needs LoRA")
         if self.method == "head" and self.export == "adapter":

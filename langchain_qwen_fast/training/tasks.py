@@ -7,6 +7,11 @@ and scores texts as the served classifier will.
 * :class:`SFTTask` (``--method sft``): the classifier's own prompt (instructions, labels, the
   text, thinking off) with the label's answer token(s) as the target: the served model sees
   exactly what it was trained on, and the classifier reads the same tokens' probabilities.
+
+Multi-label data (each item's target: the indices of the labels that apply): a head has one
+sigmoid per label (``problem_type="multi_label_classification"``, binary cross-entropy), which
+vLLM's pooling runner applies too; SFT trains the classifier's yes/no step of every label (its
+multi-label prompt and question) with ``yes`` or ``no`` as the answer token.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_qwen_fast._core.prompting import ClassifierPlan, LabelSet, local_plan, neutralize_control_tokens
+from langchain_qwen_fast._core.prompting import ClassifierPlan, LabelSet, Step, local_plan, neutralize_control_tokens
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.training.options import TrainOptions
 
@@ -30,9 +35,13 @@ class Task:
     #: the classifier's prompt plan, where the model reads the classifier's prompt
     plan: ClassifierPlan | None = None
 
-    def __init__(self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any) -> None:
+    def __init__(
+        self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
+    ) -> None:
         self.options = options
         self.labels = list(labels)
+        #: several labels per item: a target is a tuple of label indices, a score row independent probabilities
+        self.multi_label = multi_label
         self.tokenizer = tokenizer
         self.torch = torch
         self.pad_id = tokenizer.token_to_id("<|endoftext|>")
@@ -70,20 +79,36 @@ class Task:
         )
         return get_peft_model(model, config)
 
-    def _prompt_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's prompt ids, exactly as the classifier sends them (first step)."""
+    def _bodies(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's body ids (the user turn's opening and the text), cut to ``max_text_tokens``."""
         assert self.plan is not None
         bodies = self.plan.encode_bodies([self.plan.body(t) for t in texts])
         limit = self.options.max_text_tokens + 3  # the user turn's opening
-        return [self.plan.prompt_ids(body[:limit], 0) for body in bodies]
+        return [body[:limit] for body in bodies]
+
+    def _prompt_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's prompt ids, exactly as the classifier sends them (first step)."""
+        assert self.plan is not None
+        return [self.plan.prompt_ids(body, 0) for body in self._bodies(texts)]
+
+    def label_rows(self, targets: Sequence[Any]) -> Any:
+        """Multi-label targets (tuples of label indices) as rows of 0/1, one column per label."""
+        rows = self.torch.zeros((len(targets), len(self.labels)), dtype=self.torch.float32)
+        for row, given in enumerate(targets):
+            rows[row, list(given)] = 1.0
+        return rows.to(self.device)
 
 
 class HeadTask(Task):
     """``--method head``: a sequence-classification head on the last token of the bare text
-    (``/classify``), or, with ``--export generate``, of the classifier's prompt."""
+    (``/classify``), or, with ``--export generate``, of the classifier's prompt; multi-label,
+    a sigmoid per label (``/classify`` only)."""
 
-    def __init__(self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any) -> None:
-        super().__init__(options, labels, tokenizer, torch)
+    def __init__(
+        self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
+    ) -> None:
+        super().__init__(options, labels, tokenizer, torch, multi_label)
+        options.check(multi_label)
         if options.export == "generate":
             label_set = LabelSet.build(labels, options.label_descriptions, options.instructions)
             self.plan = local_plan(label_set, tokenizer)
@@ -91,7 +116,8 @@ class HeadTask(Task):
                 raise ConfigurationError("--export generate needs labels whose first tokens differ (one decode step)")
 
     def load(self, base_model: str) -> Any:
-        """The base model with a new linear head over the labels (LoRA-wrapped if asked)."""
+        """The base model with a new linear head over the labels (LoRA-wrapped if asked); its
+        ``problem_type`` tells vLLM to apply a softmax, or a sigmoid per label (multi-label)."""
         from transformers import AutoModelForSequenceClassification
 
         model: Any = AutoModelForSequenceClassification.from_pretrained(
@@ -99,7 +125,7 @@ class HeadTask(Task):
             num_labels=len(self.labels),
             id2label=dict(enumerate(self.labels)),
             label2id={label: i for i, label in enumerate(self.labels)},
-            problem_type="single_label_classification",
+            problem_type="multi_label_classification" if self.multi_label else "single_label_classification",
             pad_token_id=self.pad_id,
             dtype=self.torch.float32,
         )
@@ -113,29 +139,37 @@ class HeadTask(Task):
         encoded = self.tokenizer.encode_batch_fast([neutralize_control_tokens(t) for t in texts])
         return [e.ids[: self.options.max_text_tokens] or [self.pad_id] for e in encoded]
 
-    def loss(self, model: Any, encoded: Sequence[list[int]], targets: Sequence[int]) -> Any:
-        """Cross-entropy of the head's logits against the labels."""
+    def loss(self, model: Any, encoded: Sequence[list[int]], targets: Sequence[Any]) -> Any:
+        """Cross-entropy of the head's logits against the labels; multi-label, binary
+        cross-entropy of each label's logit against whether it applies."""
         ids, mask = self._batch(encoded)
-        logits = model(input_ids=ids, attention_mask=mask).logits
-        return self.torch.nn.functional.cross_entropy(
-            logits.float(), self.torch.tensor(list(targets), device=self.device)
-        )
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        functional = self.torch.nn.functional
+        if self.multi_label:
+            return functional.binary_cross_entropy_with_logits(logits, self.label_rows(targets))
+        return functional.cross_entropy(logits, self.torch.tensor(list(targets), device=self.device))
 
     def probabilities(self, model: Any, encoded: Sequence[list[int]]) -> Any:
-        """Each text's label probabilities (rows), as ``/classify`` gives them."""
+        """Each text's label probabilities (rows), as ``/classify`` gives them: a softmax over
+        the labels, or multi-label a sigmoid of each."""
         ids, mask = self._batch(encoded)
-        return self.torch.softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        return self.torch.sigmoid(logits) if self.multi_label else self.torch.softmax(logits, dim=-1)
 
 
 class SFTTask(Task):
-    """``--method sft``: the classifier's prompt, trained to answer the label's token(s)."""
+    """``--method sft``: the classifier's prompt, trained to answer the label's token(s);
+    multi-label, each label's yes/no question, trained to answer ``yes`` or ``no``."""
 
     plan: ClassifierPlan
 
-    def __init__(self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any) -> None:
-        super().__init__(options, labels, tokenizer, torch)
-        label_set = LabelSet.build(labels, options.label_descriptions, options.instructions)
-        self.plan = local_plan(label_set, tokenizer)
+    def __init__(
+        self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
+    ) -> None:
+        super().__init__(options, labels, tokenizer, torch, multi_label)
+        options.check(multi_label)
+        label_set = LabelSet.build(labels, options.label_descriptions, options.instructions, multi_label=multi_label)
+        self.plan = local_yes_no_plan(label_set, tokenizer) if multi_label else local_plan(label_set, tokenizer)
 
     def load(self, base_model: str) -> Any:
         """The base causal LM with LoRA adapters (or fully trainable without ``--lora``)."""
@@ -145,24 +179,69 @@ class SFTTask(Task):
         return self._with_lora(model, "CAUSAL_LM")
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's prompt ids, exactly as the classifier sends them (first step)."""
-        return self._prompt_ids(texts)
+        """Each text's prompt ids, exactly as the classifier sends them (first step); multi-label,
+        each text's body ids, which every label's step follows with its question."""
+        return self._bodies(texts) if self.multi_label else self._prompt_ids(texts)
 
-    def _answer_logits(self, model: Any, sequences: Sequence[Sequence[int]], starts: Sequence[int], width: int) -> Any:
-        """Logits over the vocabulary at ``width`` positions from each ``start - 1``: the
-        positions that predict the answer tokens (only those go through the output layer)."""
+    def _label_prompts(self, bodies: Sequence[list[int]]) -> list[list[int]]:
+        """Multi-label: every body's prompt for every label's step, text by text, label by label."""
+        return [self.plan.prompt_ids(body, k) for body in bodies for k in range(len(self.labels))]
+
+    def _yes_minus_no(self, model: Any, bodies: Sequence[list[int]]) -> Any:
+        """Multi-label: logit(yes) - logit(no) after each label's question, shaped (texts,
+        labels); its sigmoid is P(yes) / (P(yes) + P(no)), what the classifier reads."""
+        prompts = self._label_prompts(bodies)
+        starts = [len(p) for p in prompts]
+        tokens = self.plan.answer_token_ids
+        logits = self._answer_logits(model, prompts, starts, 1, tokens, prefix=self.plan.head_ids)
+        return (logits[:, 0, 0] - logits[:, 0, 1]).reshape(len(bodies), len(self.labels))
+
+    def _answer_logits(
+        self,
+        model: Any,
+        sequences: Sequence[Sequence[int]],
+        starts: Sequence[int],
+        width: int,
+        tokens: Sequence[int] | None = None,
+        *,
+        prefix: Sequence[int] = (),
+    ) -> Any:
+        """Logits at ``width`` positions from each ``start - 1``: the positions that predict
+        the answer tokens (only those go through the output layer), over the vocabulary or
+        over ``tokens`` alone. ``prefix``: ids that every sequence starts with (the prompt's
+        head), run once and shared: the same attention, once instead of once per sequence."""
         torch = self.torch
         lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-        ids, mask = self._batch(sequences)
-        hidden = lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        shared = len(prefix)
+        cache = None
+        if shared:
+            assert all(list(s[:shared]) == list(prefix) for s in sequences)
+            head = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
+            cache = lm.model(input_ids=head, use_cache=True).past_key_values
+            cache.batch_repeat_interleave(len(sequences))
+        ids, mask = self._batch([s[shared:] for s in sequences])
+        if shared:
+            mask = torch.cat([torch.ones((len(sequences), shared), dtype=mask.dtype, device=self.device), mask], 1)
+        hidden = lm.model(input_ids=ids, attention_mask=mask, past_key_values=cache).last_hidden_state
         offsets = torch.arange(width, device=self.device)
-        at = (torch.tensor(list(starts), device=self.device)[:, None] - 1 + offsets).clamp(max=ids.shape[1] - 1)
+        at = (torch.tensor(list(starts), device=self.device)[:, None] - 1 - shared + offsets).clamp(
+            max=ids.shape[1] - 1
+        )
         picked = hidden.gather(1, at[:, :, None].expand(-1, -1, hidden.shape[-1]))
-        return lm.lm_head(picked).float()
+        if tokens is None:
+            return lm.lm_head(picked).float()
+        rows = torch.tensor(list(tokens), device=self.device)
+        bias = None if lm.lm_head.bias is None else lm.lm_head.bias[rows]
+        return torch.nn.functional.linear(picked, lm.lm_head.weight[rows], bias).float()
 
-    def loss(self, model: Any, encoded: Sequence[list[int]], targets: Sequence[int]) -> Any:
-        """Cross-entropy of the answer tokens given the prompt (prompt tokens are not targets)."""
+    def loss(self, model: Any, encoded: Sequence[list[int]], targets: Sequence[Any]) -> Any:
+        """Cross-entropy of the answer tokens given the prompt (prompt tokens are not targets);
+        multi-label, of each label's ``yes`` (it applies) or ``no`` after its question, over
+        those two tokens (the classifier renormalises their probabilities)."""
         torch = self.torch
+        if self.multi_label:  # the cross-entropy of yes against no: what the classifier reads
+            margin = self._yes_minus_no(model, encoded)
+            return torch.nn.functional.binary_cross_entropy_with_logits(margin, self.label_rows(targets))
         answers = [self.plan.answer_tokens(t) for t in targets]
         width = max(map(len, answers))
         sequences = [prompt + list(answer[:-1]) for prompt, answer in zip(encoded, answers)]
@@ -174,8 +253,11 @@ class SFTTask(Task):
 
     def probabilities(self, model: Any, encoded: Sequence[list[int]]) -> Any:
         """Each text's label probabilities, computed as the classifier computes them from the
-        server's logprobs: label tokens' logprobs summed along each label, softmax over labels."""
+        server's logprobs: label tokens' logprobs summed along each label, softmax over labels;
+        multi-label, each label's P(yes) / (P(yes) + P(no)) after its question."""
         torch = self.torch
+        if self.multi_label:
+            return torch.sigmoid(self._yes_minus_no(model, encoded))
         starts = [len(p) for p in encoded]
         if self.plan.scoring == "label_tokens":  # one step scores every label
             logits = self._answer_logits(model, encoded, starts, 1)
@@ -190,11 +272,28 @@ class SFTTask(Task):
         return torch.softmax(torch.stack(totals, dim=1), dim=-1)
 
 
-def make_task(options: TrainOptions, labels: Sequence[str], tokenizer: Any) -> HeadTask | SFTTask:
-    """The task object for ``options.method``."""
+def local_yes_no_plan(label_set: LabelSet, tokenizer: Any, max_model_len: int = 4096) -> ClassifierPlan:
+    """The classifier's multi-label plan made with a local ``tokenizers.Tokenizer`` (as
+    :func:`~langchain_qwen_fast._core.prompting.local_plan` makes a single-label one): the
+    multi-label prompt, then one step per label, its question as the tail, ``yes`` and ``no``
+    as the answer tokens, as the classifier learns them from a server of that tokenizer.
+    :class:`ConfigurationError` when ``yes`` or ``no`` is not a token of its own."""
+    if not label_set.multi_label:
+        raise ConfigurationError("a yes/no plan is multi-label")
+    yes, no = (e.ids for e in tokenizer.encode_batch(["yes", "no"], add_special_tokens=False))
+    if len(yes) != 1 or len(no) != 1 or yes == no:
+        raise ConfigurationError(f"'yes' and 'no' must be single distinct tokens for this tokenizer, got {yes}, {no}")
+    steps = tuple(Step(label_set.question(label), (yes[0], no[0])) for label in label_set.labels)
+    return ClassifierPlan.generate(label_set, "yes_no", steps, 0, max_model_len).with_tokenizer(tokenizer)
+
+
+def make_task(
+    options: TrainOptions, labels: Sequence[str], tokenizer: Any, multi_label: bool = False
+) -> HeadTask | SFTTask:
+    """The task object for ``options.method``, for single- or ``multi_label`` data."""
     import torch
 
-    task = (HeadTask if options.method == "head" else SFTTask)(options, labels, tokenizer, torch)
+    task = (HeadTask if options.method == "head" else SFTTask)(options, labels, tokenizer, torch, multi_label)
     task.device = torch.device(options.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return task
 

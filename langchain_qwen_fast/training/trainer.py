@@ -4,6 +4,11 @@ A stratified validation split is scored (accuracy, macro-F1) after every epoch; 
 early when macro-F1 stops improving, and the best epoch is exported. Every epoch writes a
 checkpoint that ``resume`` continues from. bf16 autocast on GPU, fp32 on CPU. The output
 directory also holds ``training.json`` (options, per-epoch history, samples/s).
+
+Multi-label data (items of (text, labels)): the split is stratified by label combination, each
+epoch is scored by micro- and macro-F1 at threshold 0.5 (macro-F1 picks the best epoch), and
+each label's threshold is then tuned on the validation split (best F1,
+:mod:`~langchain_qwen_fast.training.thresholds`) and saved in ``classifier.json``.
 """
 
 from __future__ import annotations
@@ -18,30 +23,41 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
+from langchain_qwen_fast.training.data import LabelledItem, is_multi_label
 from langchain_qwen_fast.training.export import export
 from langchain_qwen_fast.training.options import TrainOptions
 from langchain_qwen_fast.training.tasks import HeadTask, SFTTask, load_tokenizer, make_task, score
+from langchain_qwen_fast.training.thresholds import multi_label_scores, tune_thresholds
 
 _CHECKPOINT = "checkpoints/last.pt"
 #: what the ``train`` extra brings that training imports
 _TRAIN_MODULES = ("torch", "transformers", "peft", "tokenizers", "tqdm", "sklearn")
 #: options a resumed run may change: where it runs, how far it goes, and the display
 _RESUMABLE_CHANGES = frozenset({"resume", "progress", "device", "max_steps", "epochs"})
+#: how the log names each validation score
+_SCORE_NAMES = {
+    "accuracy": "accuracy",
+    "macro_f1": "macro-F1",
+    "micro_f1": "micro-F1",
+    "subset_accuracy": "subset accuracy",
+}
 
 
-def split(
-    items: Sequence[tuple[str, str]], val_fraction: float, seed: int
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+Item = TypeVar("Item", bound=tuple[str, Any])
+
+
+def split(items: Sequence[Item], val_fraction: float, seed: int) -> tuple[list[Item], list[Item]]:
     """A stratified (train, validation) split: ``val_fraction`` of each label's items (at
-    least one where a label has two or more) go to validation, reproducibly from ``seed``."""
+    least one where a label has two or more) go to validation, reproducibly from ``seed``;
+    multi-label items are stratified by their label combination."""
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigurationError(f"val_fraction must be within [0, 1), got {val_fraction}")
     rng = random.Random(seed)
-    by_label: dict[str, list[tuple[str, str]]] = {}
+    by_label: dict[Any, list[Item]] = {}
     for item in items:
         by_label.setdefault(item[1], []).append(item)
     train, val = [], []
@@ -82,8 +98,9 @@ class _Run:
     optimizer: Any
     scheduler: Any
     encoded: list[list[int]]
-    targets: list[int]
-    val_items: list[tuple[str, str]]
+    #: label indices: one per item, or multi-label a tuple per item
+    targets: list[Any]
+    val_items: list[tuple[str, Any]]
 
     def epoch(self, options: TrainOptions, progress: _Progress, number: int) -> tuple[float, bool]:
         """Train epoch ``number``; its mean loss, and whether ``max_steps`` cut it short."""
@@ -123,16 +140,30 @@ class _Run:
         return sum(losses) / max(1, len(losses)), stopped
 
     def validation_scores(self) -> dict[str, float]:
-        """Accuracy and macro-F1 on the validation items (none without them)."""
+        """Accuracy and macro-F1 on the validation items (none without them); multi-label,
+        micro- and macro-F1 and subset accuracy at threshold 0.5."""
         if not self.val_items:
             return {}
         from langchain_qwen_fast.evaluation.metrics import classification_metrics
 
         labels = self.task.labels
         rows = score(self.task, self.model, [t for t, _ in self.val_items])
+        if self.task.multi_label:
+            return multi_label_scores([y for _, y in self.val_items], rows, labels)
         predicted = [labels[max(range(len(row)), key=row.__getitem__)] for row in rows]
         report = classification_metrics([y for _, y in self.val_items], predicted, labels)
         return {"accuracy": report["accuracy"], "macro_f1": report["macro_f1"]}
+
+    def tuned_thresholds(self) -> tuple[dict[str, float], dict[str, float]] | None:
+        """Multi-label: each label's best-F1 threshold on the validation items, and the
+        validation scores at those thresholds (None without validation items, or for
+        single-label data)."""
+        if not self.task.multi_label or not self.val_items:
+            return None
+        truth = [y for _, y in self.val_items]
+        rows = score(self.task, self.model, [t for t, _ in self.val_items])
+        thresholds = tune_thresholds(truth, rows, self.task.labels)
+        return thresholds, multi_label_scores(truth, rows, self.task.labels, thresholds)
 
     def trainable_state(self) -> dict[str, Any]:
         """A copy of the weights being trained."""
@@ -172,18 +203,37 @@ class _Run:
         )
 
 
-def _start(items: Sequence[tuple[str, str]], labels: Sequence[str], options: TrainOptions) -> _Run:
+def checked_items(
+    items: Sequence[LabelledItem], labels: Sequence[str]
+) -> tuple[list[tuple[str, str]] | list[tuple[str, tuple[str, ...]]], bool]:
+    """The items as the trainer takes them, and whether they are multi-label: (text, label)
+    pairs, or (text, labels) pairs, each text's labels once each in ``labels`` order.
+    :class:`DataFileError` names labels outside ``labels``; :class:`ConfigurationError` says
+    when some items have one label and others a list."""
+    multi_label = is_multi_label(items)
+    given = {x for _, y in items for x in ([y] if isinstance(y, str) else y)}
+    unknown = sorted(given - set(labels))
+    if unknown:
+        raise DataFileError(f"items have labels that the label set lacks: {unknown}")
+    if not multi_label:
+        return [(t, y) for t, y in items if isinstance(y, str)], False
+    order = {label: k for k, label in enumerate(labels)}
+    return [(t, tuple(sorted(set(y), key=order.__getitem__))) for t, y in items], True
+
+
+def _start(items: Sequence[LabelledItem], labels: Sequence[str], options: TrainOptions) -> _Run:
     """The task, the model to train, its optimiser and schedule, and the encoded split."""
     import torch
 
     torch.manual_seed(options.seed)  # the new head's and the LoRA weights' initialisation
-    task = make_task(options, labels, load_tokenizer(options.base_model))
+    checked, multi_label = checked_items(items, labels)
+    task = make_task(options, labels, load_tokenizer(options.base_model), multi_label)
     index = {label: i for i, label in enumerate(labels)}
-    train_items, val_items = split(items, options.val_fraction, options.seed)
+    train_items, val_items = split(checked, options.val_fraction, options.seed)
     if not train_items:
         raise DataFileError("no training items")
     encoded = task.encode([t for t, _ in train_items])
-    targets = [index[y] for _, y in train_items]
+    targets = [index[y] if isinstance(y, str) else tuple(index[x] for x in y) for _, y in train_items]
     model = task.load(options.base_model).to(task.device)
     trainable = [p for p in model.parameters() if p.requires_grad]
     # The schedule follows the epochs, not max_steps: a run stopped early and resumed trains
@@ -198,19 +248,20 @@ def _start(items: Sequence[tuple[str, str]], labels: Sequence[str], options: Tra
 
 
 def train(
-    items: Sequence[tuple[str, str]],
+    items: Sequence[LabelledItem],
     labels: Sequence[str],
     options: TrainOptions,
     *,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Fine-tune ``options.base_model`` on ``items`` (text, label) over ``labels`` (in class
-    order) and export to ``options.out``. Returns the training report (also written as
-    ``training.json``). Raises :class:`ConfigurationError` for options that cannot work
-    (checked before any model loads) and for a checkpoint of another run,
-    :class:`DataFileError` for no training items, :class:`MissingDependencyError` without the
-    ``train`` extra."""
-    options.check()
+    """Fine-tune ``options.base_model`` on ``items`` over ``labels`` (in class order) and export
+    to ``options.out``: (text, label) items train a single-label classifier, (text, labels)
+    items (a list of labels each, maybe empty) a multi-label one. Returns the training report
+    (also written as ``training.json``). Raises :class:`ConfigurationError` for options that
+    cannot work (checked before any model loads), for items that mix the two kinds and for a
+    checkpoint of another run, :class:`DataFileError` for no training items and for labels
+    outside ``labels``, :class:`MissingDependencyError` without the ``train`` extra."""
+    options.check(is_multi_label(items))
     require_extra("train", *_TRAIN_MODULES, what="training")
     run = _start(items, labels, options)
     out = Path(options.out)
@@ -230,11 +281,10 @@ def train(
             stopped = True
             break
         loss, stopped = run.epoch(options, progress, number)
-        record: dict[str, Any] = {"epoch": number, "step": progress.step, "loss": loss, **run.validation_scores()}
+        scores = run.validation_scores()
+        record: dict[str, Any] = {"epoch": number, "step": progress.step, "loss": loss, **scores}
         progress.history.append(record)
-        scored = (
-            f", validation accuracy {record['accuracy']:.4f} macro-F1 {record['macro_f1']:.4f}" if run.val_items else ""
-        )
+        scored = ", validation " + " ".join(f"{_SCORE_NAMES[k]} {v:.4f}" for k, v in scores.items()) if scores else ""
         log(f"epoch {number}: loss {record['loss']:.4f}{scored}")
         if stopped:  # a partial epoch: not scored as the best, not saved; resume repeats it
             break
@@ -244,8 +294,9 @@ def train(
         run.save(checkpoint, fingerprint, progress)
     if progress.best["state"] is not None:
         run.model.load_state_dict(progress.best["state"], strict=False)
-    report = _report(run, progress, options, labels, finished=not stopped)
-    export(run.task, run.model, options, labels)
+    tuned = run.tuned_thresholds()
+    report = _report(run, progress, options, labels, finished=not stopped, tuned=tuned)
+    export(run.task, run.model, options, labels, tuned[0] if tuned else None)
     if not stopped:  # finished: nothing left to resume
         shutil.rmtree(checkpoint.parent, ignore_errors=True)
     (out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -253,14 +304,26 @@ def train(
 
 
 def _report(
-    run: _Run, progress: _Progress, options: TrainOptions, labels: Sequence[str], *, finished: bool
+    run: _Run,
+    progress: _Progress,
+    options: TrainOptions,
+    labels: Sequence[str],
+    *,
+    finished: bool,
+    tuned: tuple[dict[str, float], dict[str, float]] | None,
 ) -> dict[str, Any]:
-    """``training.json``: what was trained, how it went epoch by epoch, and how fast."""
+    """``training.json``: what was trained, how it went epoch by epoch, and how fast; for
+    multi-label data, the tuned thresholds and the validation scores at them."""
     seconds = progress.seconds
+    multi: dict[str, Any] = {}
+    if run.task.multi_label:
+        multi["thresholds"], multi["validation_at_thresholds"] = tuned or (None, None)
     return {
         "method": options.method,
         "base_model": options.base_model,
         "labels": list(labels),
+        "multi_label": run.task.multi_label,
+        **multi,
         "train_items": len(run.encoded),
         "validation_items": len(run.val_items),
         "best_epoch": progress.best["epoch"],
@@ -275,7 +338,7 @@ def _report(
     }
 
 
-def _fingerprint(options: TrainOptions, labels: Sequence[str], items: Sequence[tuple[str, str]]) -> str:
+def _fingerprint(options: TrainOptions, labels: Sequence[str], items: Sequence[LabelledItem]) -> str:
     """What makes two runs the same run, so that ``resume`` takes only its own checkpoint."""
     kept = {k: v for k, v in dataclasses.asdict(options).items() if k not in _RESUMABLE_CHANGES}
     blob = json.dumps({"options": kept, "labels": list(labels), "items": list(items)}, sort_keys=True)

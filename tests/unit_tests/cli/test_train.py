@@ -1,5 +1,5 @@
-"""``qwen-fast train``'s arguments become TrainOptions and a LabelledFile field by field, with
-the dataclasses' own defaults; no option is copied by hand."""
+"""``qwen-fast train``'s arguments become TrainOptions, a LabelledFile and LabelLists field by
+field, with the dataclasses' own defaults; no option is copied by hand."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from langchain_qwen_fast.cli import train as command
 from langchain_qwen_fast.cli.main import main
 from langchain_qwen_fast.cli.options import options_from
-from langchain_qwen_fast.training import LabelledFile, TrainOptions
+from langchain_qwen_fast.training import LabelledFile, LabelLists, TrainOptions
 from langchain_qwen_fast.training.data import write_labelled
 from tests.support.cli import parse_command
 
@@ -22,7 +22,8 @@ EVERY_FLAG = [
     "--text-column", "t", "--label-column", "l", "--epochs", "5", "--batch-size", "8", "--learning-rate", "0.01",
     "--lora", "--lora-rank", "4", "--lora-alpha", "8", "--val-fraction", "0.2", "--patience", "3", "--seed", "7",
     "--max-text-tokens", "64", "--max-steps", "10", "--export", "generate", "--instructions", "sort",
-    "--served-model-name", "n", "--resume", "--device", "cpu", "--no-progress",
+    "--served-model-name", "n", "--resume", "--device", "cpu", "--no-progress", "--multi-label",
+    "--label-separator", ";",
 ]  # fmt: skip
 #: the one field without a flag: a mapping, given in Python
 NO_FLAG = {"label_descriptions"}
@@ -41,12 +42,13 @@ def test_every_flag_reaches_its_field() -> None:
         instructions="sort", served_model_name="n", resume=True, device="cpu", max_steps=10, progress=False,
     )  # fmt: skip
     assert options_from(LabelledFile, args) == LabelledFile("d.csv", "1=x", "t", "l")
+    assert options_from(LabelLists, args) == LabelLists(multi_label=True, label_separator=";")
     changed = {f.name for f in dataclasses.fields(TrainOptions) if getattr(options, f.name) != f.default}
     assert changed == {f.name for f in dataclasses.fields(TrainOptions)} - NO_FLAG
 
 
 def test_every_argument_is_a_field_or_the_label_set() -> None:
-    fields = {f.name for cls in (TrainOptions, LabelledFile) for f in dataclasses.fields(cls)}
+    fields = {f.name for cls in (TrainOptions, LabelledFile, LabelLists) for f in dataclasses.fields(cls)}
     assert set(vars(parse(EVERY_FLAG))) - NO_FLAG == (fields - NO_FLAG) | {"labels"}
 
 
@@ -54,6 +56,7 @@ def test_defaults_are_the_dataclasses_own() -> None:
     args = parse(["d.csv", "--base-model", "b", "--method", "sft", "--out", "o"])
     assert options_from(TrainOptions, args) == TrainOptions(method="sft", base_model="b", out="o")
     assert options_from(LabelledFile, args) == LabelledFile("d.csv")
+    assert options_from(LabelLists, args) == LabelLists()  # multi-label when detected, cells split at "|"
     assert args.labels is None
 
 
@@ -70,3 +73,13 @@ def test_options_that_cannot_work_are_a_usage_error(capsys: pytest.CaptureFixtur
     code = main(["train", str(data), "--base-model", "m", "--method", "head", "--export", "adapter", "--out", "o"])
     assert code == 2
     assert "qwen-fast train: a head model is exported merged" in capsys.readouterr().err
+
+
+def test_bad_multi_label_data_or_options_are_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = write_labelled(tmp_path / "d.csv", [("a", ["x", "y"]), ("b", ["x", "z"])])
+    argv = ["--base-model", "m", "--method", "head", "--out", "o", "--labels", "x", "y", "--multi-label"]
+    assert main(["train", str(data), *argv]) == 2
+    assert "the label set lacks: ['z']" in capsys.readouterr().err
+    good = write_labelled(tmp_path / "d.jsonl", [("a", ["x", "y"]), ("b", [])])  # JSON lists: detected
+    assert main(["train", str(good), *argv[:-1], "--export", "generate"]) == 2
+    assert "--export generate is single-label" in capsys.readouterr().err

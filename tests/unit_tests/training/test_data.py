@@ -1,16 +1,21 @@
-"""Labelled files as ``qwen-fast eval`` and ``qwen-fast train`` read them, and the generated set."""
+"""Labelled files as ``qwen-fast eval`` and ``qwen-fast train`` read them (multi-label ones
+too), and the generated sets."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
-from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news, multi_labelled_news
 from langchain_qwen_fast.training.data import (
     LabelledFile,
+    LabelLists,
+    is_multi_label,
     labelled_items,
+    labelled_lists,
     parse_label_map,
     read_labelled,
     write_labelled,
@@ -89,3 +94,72 @@ def test_file_errors_are_typed_and_named(tmp_path: Path) -> None:
         parse_label_map("{1: World}")
     with pytest.raises(ConfigurationError, match="label map"):
         parse_label_map("1:World")
+
+
+# -- multi-label files ------------------------------------------------------------------------
+def test_jsonl_label_lists_are_read_mapped_and_detected(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text(
+        '{"text": "a", "label": ["s", "w"]}\n{"text": "b", "label": []}\n{"text": "c", "label": "w|w"}\n'
+        '{"text": "d", "label": ["w"]}\n'
+    )
+    data = LabelledFile(str(path), label_map="w=World,s=Sports")
+    assert LabelLists().is_multi_label(data)  # detected: a JSON list
+    items, labels = LabelLists().read(data, ["World", "Sports"])
+    # labels once each, in the label set's order; an empty list is a text no label applies to
+    assert items == [("a", ("World", "Sports")), ("b", ()), ("c", ("World",)), ("d", ("World",))]
+    assert labels == ["World", "Sports"]
+    assert LabelLists().read(data)[1] == ["Sports", "World"]  # no label set given: the file's, sorted
+    with pytest.raises(DataFileError, match="multi-label"):  # read as single-label, a list is named
+        data.read()
+
+
+def test_csv_cells_split_at_the_separator(tmp_path: Path) -> None:
+    items = [("stocks, and a goal", ("Business", "Sports")), ("rover", ("Sci/Tech",)), ("nothing", ())]
+    path = write_labelled(tmp_path / "m.csv", items)
+    assert path.read_text().splitlines()[1] == '"stocks, and a goal",Business|Sports'
+    data = LabelledFile(str(path))
+    assert not LabelLists().is_multi_label(data)  # a CSV cell says nothing: --multi-label asks for it
+    in_order = [("stocks, and a goal", ("Sports", "Business")), *items[1:]]  # the label set's order
+    assert LabelLists(multi_label=True).read(data, list(AG_NEWS_LABELS)) == (in_order, list(AG_NEWS_LABELS))
+    other = tmp_path / "semicolons.csv"
+    other.write_text("text,label\na, x ; y \nb,y\n")
+    got = labelled_lists(other, separator=";")
+    assert got == ([("a", ("x", "y")), ("b", ("y",))], ["x", "y"])
+    with pytest.raises(ConfigurationError, match="separator"):
+        labelled_lists(other, separator="")
+
+
+def test_unknown_labels_in_lists_are_named(tmp_path: Path) -> None:
+    path = write_labelled(tmp_path / "m.jsonl", [("a", ["World", "Spots"]), ("b", ["Sprots"])])
+    with pytest.raises(DataFileError, match=r"\['Spots', 'Sprots'\]"):
+        LabelLists().read(LabelledFile(str(path)), list(AG_NEWS_LABELS))
+
+
+def test_a_single_label_jsonl_file_stays_single_label(tmp_path: Path) -> None:
+    path = write_labelled(tmp_path / "s.jsonl", [("a", "x"), ("b", "y")])
+    data = LabelledFile(str(path))
+    assert not LabelLists().is_multi_label(data)
+    assert LabelLists().read(data) == data.read() == ([("a", "x"), ("b", "y")], ["x", "y"])
+    # asked for, it is read as lists of one
+    assert LabelLists(multi_label=True).read(data) == ([("a", ("x",)), ("b", ("y",))], ["x", "y"])
+    with pytest.raises(DataFileError, match="no such file"):
+        LabelLists().read(LabelledFile(str(tmp_path / "none.jsonl")))
+
+
+def test_mixed_items_are_refused() -> None:
+    assert not is_multi_label([("a", "x")]) and is_multi_label([("a", ("x",)), ("b", [])])
+    with pytest.raises(ConfigurationError, match="give every item a list"):
+        is_multi_label([("a", "x"), ("b", ["x"])])
+
+
+def test_generated_multi_label_news_mentions_one_to_three_topics() -> None:
+    items = multi_labelled_news(400, seed=0)
+    assert items == multi_labelled_news(400, seed=0)
+    counts = Counter(len(labels) for _, labels in items)
+    assert set(counts) == {1, 2, 3} and counts[1] > counts[3] and counts[2] > counts[3]
+    shares = Counter(label for _, labels in items for label in labels)
+    assert set(shares) == set(AG_NEWS_LABELS) and all(0.35 < n / len(items) < 0.55 for n in shares.values())
+    assert all(list(labels) == [x for x in AG_NEWS_LABELS if x in labels] for _, labels in items)
+    other = {t for t, _ in multi_labelled_news(400, seed=1)}
+    assert len(other & {t for t, _ in items}) < 20

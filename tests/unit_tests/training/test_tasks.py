@@ -50,3 +50,37 @@ def test_a_base_model_that_is_neither_a_directory_nor_a_hub_id_is_named() -> Non
 
     with pytest.raises(ConfigurationError, match=r"no tokenizer\.json"):
         load_tokenizer("/nonexistent/model")
+
+
+def test_multi_label_sft_trains_the_classifiers_yes_no_prompt_of_every_label() -> None:
+    import torch
+
+    from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.training.tasks import SFTTask, local_yes_no_plan
+    from tests.support.fake_vllm import FakeVLLM
+
+    labels = ["World", "Sports", "Sci/Tech"]
+    served = QwenClassifier(
+        labels=labels, multi_label=True, base_url="http://vllm.test/v1", http_transport=FakeVLLM().transport
+    ).prepare()
+    plan = local_yes_no_plan(LabelSet.build(labels, multi_label=True), ToyTokenizer())
+    assert (plan.scoring, plan.head) == (served.scoring, served.head) == ("yes_no", served.head)
+    assert [(s.tail, s.allowed) for s in plan.steps] == [(s.tail, s.allowed) for s in served.steps]
+    assert plan.answer_token_ids == (toy_tokenize("yes")[0], toy_tokenize("no")[0])
+    task = SFTTask(TrainOptions(method="sft", base_model="m", out="o"), labels, ToyTokenizer(), torch, True)
+    (body,) = task.encode(["Stocks rally"])
+    prompts = task._label_prompts([body])
+    assert prompts == [toy_tokenize(served.render("Stocks rally", k)) for k in range(len(labels))]
+    assert task.label_rows([(0, 2), ()]).tolist() == [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    with pytest.raises(ConfigurationError, match="multi-label"):
+        local_yes_no_plan(LabelSet.build(labels), ToyTokenizer())
+
+
+def test_a_multi_label_head_for_the_generate_runner_is_refused() -> None:
+    import torch
+
+    from langchain_qwen_fast.training.tasks import HeadTask
+
+    options = TrainOptions(method="head", base_model="m", out="o", export="generate")
+    with pytest.raises(ConfigurationError, match="/classify"):
+        HeadTask(options, ["World", "Sports"], ToyTokenizer(), torch, True)

@@ -1,5 +1,5 @@
-"""The trainer's parts that need no model: the stratified split, the options it refuses before
-any model loads, and the extra it names when part of it is missing."""
+"""The trainer's parts that need no model: the stratified split, the options and items it
+refuses before any model loads, and the extra it names when part of it is missing."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from langchain_qwen_fast.errors import ConfigurationError, MissingDependencyError
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError, MissingDependencyError
 from langchain_qwen_fast.training import TrainOptions, train
-from langchain_qwen_fast.training.trainer import split
+from langchain_qwen_fast.training.trainer import checked_items, split
 
 
 def test_split_is_stratified_reproducible_and_loses_nothing() -> None:
@@ -37,6 +37,26 @@ def test_export_choices_that_cannot_work_are_refused_before_training(changes: di
     options = TrainOptions(base_model="/nonexistent", out="/nonexistent/out", **changes)
     with pytest.raises(ConfigurationError, match=message):
         train([("a", "x"), ("b", "y")], ["x", "y"], options)
+
+
+def test_a_multi_label_head_for_the_generate_runner_is_refused_before_training() -> None:
+    options = TrainOptions(method="head", base_model="/nonexistent", out="/nonexistent/out", export="generate")
+    with pytest.raises(ConfigurationError, match="single-label"):
+        train([("a", ["x"]), ("b", [])], ["x", "y"], options)
+    train_items, val = split([(f"t{i}", ("x", "y")[: i % 3]) for i in range(30)], 0.2, seed=0)
+    assert Counter(y for _, y in val) == {(): 2, ("x",): 2, ("x", "y"): 2}  # stratified by combination
+    assert len(train_items) == 24
+
+
+def test_items_are_checked_before_any_model_loads() -> None:
+    options = TrainOptions(method="sft", base_model="/nonexistent", out="/nonexistent/out")
+    with pytest.raises(ConfigurationError, match="give every item a list"):
+        train([("a", "x"), ("b", ["y"])], ["x", "y"], options)
+    assert checked_items([("a", ["y", "x", "y"]), ("b", ())], ["x", "y"]) == ([("a", ("x", "y")), ("b", ())], True)
+    with pytest.raises(DataFileError, match=r"\['z'\]"):
+        checked_items([("a", ["z"])], ["x", "y"])
+    with pytest.raises(DataFileError, match=r"\['z'\]"):
+        checked_items([("a", "z")], ["x", "y"])
 
 
 @pytest.mark.parametrize("missing", ["peft", "torch"])
