@@ -7,6 +7,7 @@ import dataclasses
 
 from langchain_qwen_fast.cli.options import defaults, options_from
 from langchain_qwen_fast.jobs.job import ClassifyOptions
+from langchain_qwen_fast.jobs.ray_data import RayJobReport, RayOptions
 
 DESCRIPTION = """\
 Label every row of a table with a classifier, in a stream that resumes where it stopped.
@@ -35,6 +36,13 @@ qwen-fast train's layout (text, an empty label to fill, model_label, model_proba
 the rows under --review-below and a sample of --review-sample others, stratified by predicted
 label. Filled in, it trains the next model as it is. The API key comes from VLLM_API_KEY.
 Needs the 'jobs' extra (pyarrow, tqdm, matplotlib).
+
+With --ray ADDRESS (auto, ray://HOST:10001, or local for a Ray started here and stopped at the
+end) the rows are classified on a Ray cluster instead: the input is read with Ray Data and cut
+into shards of --shard-rows rows, a pool of --actors classifier actors labels them (each on its
+own node's servers: --base-url may name a --urls-file that every node has), and OUT is a folder
+of one Parquet file per shard, in input order; a re-run skips the shards already written. Needs
+the 'ray' extra. No review file, progress bar or histogram on that path (docs/gpu-deployment.md).
 """
 
 
@@ -62,7 +70,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.add_argument("--no-histogram", dest="histogram", action="store_false", help="no histogram PNG")
     p.add_argument("--fresh", action="store_true", help="discard an interrupted job's OUT.partial/ and start over")
-    p.set_defaults(**defaults(ClassifyOptions))
+    ray = p.add_argument_group("on a Ray cluster (the 'ray' extra)")
+    ray.add_argument("--ray", metavar="ADDRESS", help="auto, ray://HOST:10001, or local (a Ray started for the job)")
+    ray.add_argument("--shard-rows", type=int, help="rows per shard and output file (default: %(default)s)")
+    ray.add_argument("--actors", type=int, help="classifier actors across the cluster (default: %(default)s)")
+    ray.add_argument("--actor-cpus", type=float, help="logical CPUs each actor takes (default: %(default)s)")
+    ray.add_argument("--batch-rows", type=int, help="rows per actor call (default: %(default)s)")
+    p.set_defaults(**defaults(ClassifyOptions), **defaults(RayOptions), ray=None)
 
 
 def classify_options(args: argparse.Namespace) -> ClassifyOptions:
@@ -74,10 +88,34 @@ def classify_options(args: argparse.Namespace) -> ClassifyOptions:
     return dataclasses.replace(options, labels=labels)
 
 
+def ray_options(args: argparse.Namespace) -> RayOptions | None:
+    """The Ray options of parsed ``classify`` arguments, or None without ``--ray`` (``local``:
+    a Ray started in this process for the job)."""
+    if args.ray is None:
+        return None
+    options = options_from(RayOptions, args)
+    return dataclasses.replace(options, address=None if args.ray == "local" else args.ray)
+
+
+def ray_summary(report: RayJobReport) -> str:
+    """The lines printed when a Ray job ends."""
+    return (
+        f"wrote {len(report.written)} shard(s) to {report.output} ({len(report.skipped)} already there); "
+        f"{report.rows} rows in {report.shards} shard(s), {report.classified_rows} classified now, "
+        f"{report.error_rows} with an error, {report.rows_per_second:.1f} rows/s"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the job and print its summary; its errors reach ``qwen-fast``'s one rule (exit code 1)."""
+    options, on_ray = classify_options(args), ray_options(args)
+    if on_ray is not None:
+        from langchain_qwen_fast.jobs.ray_data import classify_dataset
+
+        print(ray_summary(classify_dataset(options, on_ray)), flush=True)
+        return 0
     from langchain_qwen_fast.jobs.job import classify_table
     from langchain_qwen_fast.jobs.summary import render
 
-    print(render(classify_table(classify_options(args))), flush=True)
+    print(render(classify_table(options)), flush=True)
     return 0

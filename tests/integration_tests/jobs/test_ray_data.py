@@ -110,6 +110,37 @@ def test_a_rerun_redoes_only_the_shard_whose_file_was_deleted(local_ray: None, s
     assert done.written == [] and done.skipped == [0, 1, 2]
 
 
+def test_the_command_runs_the_job_on_ray(
+    local_ray: None, server_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``qwen-fast classify --ray``: the Ray already started here is the one it uses."""
+    from langchain_qwen_fast.cli.main import main
+
+    given = rows_of(70)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in given))
+    argv = ["classify", str(source), "--out", str(tmp_path / "out"), "--labels", ",".join(NEWS_LABELS)]
+    argv += [
+        "--base-url",
+        server_url,
+        "--ray",
+        "local",
+        "--shard-rows",
+        "40",
+        "--actor-cpus",
+        "1",
+        "--batch-rows",
+        "16",
+    ]
+    assert main(argv) == 0
+    assert "wrote 2 shard(s)" in capsys.readouterr().out
+    out = read_output(tmp_path / "out")
+    assert [r["id"] for r in out] == list(range(70))
+    assert [out[i]["error"] is not None for i in range(70)] == [i in EMPTY_ROWS for i in range(70)]
+    assert main(argv) == 0  # again: every shard is there
+    assert "wrote 0 shard(s) to" in capsys.readouterr().out
+
+
 def test_rows_per_second_through_ray_and_through_batch(local_ray: None, server_url: str, tmp_path: Path) -> None:
     """Not asserted on time (these machines are noisy): both figures go to the summary."""
     n = 2048
