@@ -1,2 +1,41 @@
 """Dataset jobs: classify a whole file (``qwen-fast classify``) or a Ray dataset, row by row,
-with every input column kept and the classification's columns added (:mod:`.columns`)."""
+with every input column kept and the classification's columns added (:mod:`.columns`).
+
+    from langchain_qwen_fast.jobs import ClassifyOptions, classify_table
+
+    report = classify_table(ClassifyOptions("news.csv", "labelled.parquet", labels=("World", "Sports")))
+
+Modules: ``tables`` (CSV, JSONL, Parquet and stdin in and out), ``parts`` (the committed chunks
+a resumed job carries on from), ``job`` (:class:`ClassifyOptions`, :func:`classify_table`),
+``review`` (the review queue in ``qwen-fast train``'s layout), ``summary`` (the report and the
+confidence histogram) and ``ray_data`` (:func:`classify_dataset` on a Ray cluster, the ``ray``
+extra).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
+    from langchain_qwen_fast.jobs.ray_data import RayOptions, classify_dataset
+
+__all__ = ["ClassifyOptions", "RayOptions", "classify_dataset", "classify_table"]
+
+_HOMES = {
+    "ClassifyOptions": "langchain_qwen_fast.jobs.job",
+    "classify_table": "langchain_qwen_fast.jobs.job",
+    "RayOptions": "langchain_qwen_fast.jobs.ray_data",
+    "classify_dataset": "langchain_qwen_fast.jobs.ray_data",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the job modules read the classifier's code, and `import
+    # langchain_qwen_fast.jobs.columns` needs none of it.
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(home), name)
