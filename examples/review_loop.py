@@ -99,9 +99,9 @@ def main() -> None:
     for row in rows:
         row["label"] = pool[int(row["row"])][1]
     with review.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+        labelled = csv.DictWriter(f, fieldnames=list(rows[0]))
+        labelled.writeheader()
+        labelled.writerows(rows)
     reviewed, _ = LabelledFile(str(review)).read(LABELS)
     agreed = sum(row["model_label"] == row["label"] for row in rows)
     print(f"reviewed {len(reviewed)} rows; the first model had {agreed} of them right", flush=True)

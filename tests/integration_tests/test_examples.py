@@ -45,21 +45,19 @@ class BackgroundExample:
         return printed
 
 
-@pytest.fixture(scope="module", autouse=True)
-def accuracy_loop(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+def in_background(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, script: str, test: str
 ) -> Iterator[BackgroundExample | None]:
-    """The accuracy loop example, started as this module starts when its test was collected: it
-    trains and starts a server of its own, which keeps one core busy while the other examples
-    run on the other. Its test, last in the module, waits for it and reads what it wrote."""
-    if not any(item.name == "test_accuracy_loop_example" for item in request.session.items):
+    """``script`` started as this module starts, when ``test`` (which waits for it) was
+    collected; stopped at the module's end if it is still running."""
+    if not any(item.name == test for item in request.session.items):
         yield None
         return
-    work = tmp_path_factory.mktemp("accuracy-loop")
+    work = tmp_path_factory.mktemp(script.removesuffix(".py"))
     output = work / "printed.txt"
     with output.open("wb") as sink:
         process = subprocess.Popen(
-            example_command("accuracy_loop.py", "--work", str(work)), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
+            example_command(script, "--work", str(work)), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
         )
     try:
         yield BackgroundExample(process, work, output)
@@ -67,6 +65,16 @@ def accuracy_loop(
         if process.poll() is None:
             process.terminate()
             process.wait(timeout=120)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def accuracy_loop(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BackgroundExample | None]:
+    """The accuracy loop example, started in the background: it trains and starts a server of
+    its own, which keeps one core busy while the other examples run on the other. Its test,
+    last in the module, waits for it and reads what it wrote."""
+    yield from in_background(request, tmp_path_factory, "accuracy_loop.py", "test_accuracy_loop_example")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,21 +83,7 @@ def review_loop(
 ) -> Iterator[BackgroundExample | None]:
     """The review loop example, started in the background as :func:`accuracy_loop` is (it trains
     twice and starts two servers of its own, one after the other); its test waits for it."""
-    if not any(item.name == "test_review_loop_example" for item in request.session.items):
-        yield None
-        return
-    work = tmp_path_factory.mktemp("review-loop")
-    output = work / "printed.txt"
-    with output.open("wb") as sink:
-        process = subprocess.Popen(
-            example_command("review_loop.py", "--work", str(work)), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
-        )
-    try:
-        yield BackgroundExample(process, work, output)
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=120)
+    yield from in_background(request, tmp_path_factory, "review_loop.py", "test_review_loop_example")
 
 
 @pytest.mark.parametrize(
