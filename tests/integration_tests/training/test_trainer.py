@@ -1,9 +1,13 @@
 """The accuracy loop on the tiny model, on 2 CPU cores: train (head and SFT), serve what was
 trained with real vLLM servers, check the served probabilities against transformers' own,
 evaluate through ``qwen-fast eval``, calibrate, and serve two LoRA adapters on one server.
+Multi-label too: a sigmoid head on its own pooling server, and a yes/no SFT adapter on the
+LoRA server beside the other two, each trained through ``qwen-fast train`` and loaded with
+its tuned thresholds.
 
-The data is generated (:func:`~langchain_qwen_fast.testing.samples.labelled_news`): the label follows
-from the headline's words, and the held-out headlines come from another seed."""
+The data is generated (:func:`~langchain_qwen_fast.testing.samples.labelled_news`,
+:func:`~langchain_qwen_fast.testing.samples.multi_labelled_news`): the labels follow from the
+headline's words, and the held-out headlines come from another seed."""
 
 from __future__ import annotations
 
@@ -19,10 +23,11 @@ from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.calibration import apply_temperature
 from langchain_qwen_fast.cli import main
 from langchain_qwen_fast.serving.launcher import VLLMServer
-from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news, multi_labelled_news
 from langchain_qwen_fast.training import TrainOptions, build_news_model, train
 from langchain_qwen_fast.training.data import write_labelled
 from langchain_qwen_fast.training.tasks import load_tokenizer, make_task, score
+from langchain_qwen_fast.training.thresholds import multi_label_scores
 from tests.integration_tests.conftest import ROOT, record_seconds
 
 LABELS = list(AG_NEWS_LABELS)
@@ -34,6 +39,13 @@ PARITY = 1e-2
 HEAD_ITEMS = 600
 #: The trained head's server: its key and what the summary calls it.
 HEAD_SERVER = ("trained-head", "trained head")
+#: Multi-label headlines each method learns from.
+MULTI_HEAD_ITEMS = 600
+MULTI_SFT_ITEMS = 400
+MULTI_SFT_FLAGS = ("--learning-rate", "1e-2")
+#: The multi-label head's server, and the name the multi-label SFT adapter is served under.
+MULTI_HEAD_SERVER = ("trained-multi-head", "trained multi-label head")
+MULTI_ADAPTER = "news-multi"
 
 
 def _held_out() -> list[tuple[str, str]]:
@@ -45,18 +57,35 @@ def _accuracy(rows: list[list[float]], items: list[tuple[str, str]], labels: lis
     return sum(labels[row.index(max(row))] == y for row, (_, y) in zip(rows, items)) / len(items)
 
 
-def _task(method: str, model_dir: Path, labels: list[str] = LABELS) -> Any:
+def _task(method: str, model_dir: Path, labels: list[str] = LABELS, *, multi_label: bool = False) -> Any:
     options = TrainOptions(method=method, base_model=str(model_dir), out=str(model_dir))  # type: ignore[arg-type]
-    return make_task(options, labels, load_tokenizer(str(model_dir)))
+    return make_task(options, labels, load_tokenizer(str(model_dir)), multi_label)
 
 
 def _renamed(items: list[tuple[str, str]], names: list[str]) -> list[tuple[str, str]]:
     return [(text, names[LABELS.index(label)]) for text, label in items]
 
 
+def _multi_f1(rows: list[list[float]], items: list[tuple[str, tuple[str, ...]]], thresholds: Any = 0.5) -> float:
+    return multi_label_scores([y for _, y in items], rows, LABELS, thresholds)["micro_f1"]
+
+
+def _train_through_cli(data: Path, out: Path, base: Path, *flags: str) -> dict[str, Any]:
+    """``qwen-fast train`` on ``data`` over LABELS, in their order; its training report."""
+    argv = ["train", str(data), "--base-model", str(base), "--out", str(out), "--labels", *LABELS, "--no-progress"]
+    assert main([*argv, *flags]) == 0
+    return json.loads((out / "training.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def held_out() -> list[tuple[str, str]]:
     return _held_out()
+
+
+@pytest.fixture(scope="module")
+def multi_held_out() -> list[tuple[str, tuple[str, ...]]]:
+    seen = {text for text, _ in multi_labelled_news(max(MULTI_HEAD_ITEMS, MULTI_SFT_ITEMS), 0)}
+    return [item for item in multi_labelled_news(400, 1) if item[0] not in seen]
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +128,31 @@ def sft_model(tiny_model: Path) -> tuple[Path, dict[str, Any]]:
     summary = build_news_model(out, tiny_model)
     record_seconds("train sft stand-in (1,200 headlines), cached after the first build", summary["seconds"])
     return out, summary
+
+
+@pytest.fixture(scope="module")
+def multi_head_model(tiny_model: Path, work: Path, servers: OneServerAtATime) -> tuple[Path, dict[str, Any]]:
+    """A multi-label head, trained from a CSV of labels joined with "|" (``--multi-label``);
+    its server is spawned right away and boots while the multi-label SFT adapter trains."""
+    data = write_labelled(work / "multi.csv", multi_labelled_news(MULTI_HEAD_ITEMS, 0))
+    out = work / "multi-head"
+    report = _train_through_cli(data, out, tiny_model, "--method", "head", "--multi-label", "--learning-rate", "1e-3",
+                                "--served-model-name", "news-multi-head")  # fmt: skip
+    record_seconds(f"train multi-label head ({MULTI_HEAD_ITEMS} headlines)", report["train_seconds"])
+    servers.spawn(*MULTI_HEAD_SERVER, out, served_model_name="news-multi-head")
+    return out, report
+
+
+@pytest.fixture(scope="module")
+def multi_adapter(sft_model: tuple[Path, dict[str, Any]], work: Path) -> tuple[Path, dict[str, Any]]:
+    """A multi-label SFT adapter on the stand-in, trained from JSONL label lists (detected),
+    served on the LoRA server beside the other adapters."""
+    data = write_labelled(work / "multi.jsonl", multi_labelled_news(MULTI_SFT_ITEMS, 0))
+    out = work / MULTI_ADAPTER
+    report = _train_through_cli(data, out, sft_model[0], "--method", "sft", "--export", "adapter",
+                                "--served-model-name", MULTI_ADAPTER, *MULTI_SFT_FLAGS)  # fmt: skip
+    record_seconds(f"train multi-label sft adapter ({MULTI_SFT_ITEMS} headlines)", report["train_seconds"])
+    return out, report
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +225,14 @@ def head_url(servers: OneServerAtATime, head_model: tuple[Path, dict[str, Any]],
 
 
 @pytest.fixture
+def multi_head_url(
+    servers: OneServerAtATime, multi_head_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
+) -> str:
+    request.getfixturevalue("multi_adapter")  # the SFT adapter trains while this server boots
+    return servers.url(*MULTI_HEAD_SERVER, multi_head_model[0], served_model_name="news-multi-head")
+
+
+@pytest.fixture
 def head_generate_url(
     servers: OneServerAtATime, head_generate_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
 ) -> str:
@@ -180,9 +242,15 @@ def head_generate_url(
 
 
 @pytest.fixture
-def lora_url(servers: OneServerAtATime, sft_model: tuple[Path, dict[str, Any]], adapters: dict[str, Path]) -> str:
-    """The SFT stand-in as ``qwen3`` and both adapters beside it, on one server."""
-    return servers.url("lora", "SFT model + 2 LoRA adapters", sft_model[0], lora=adapters)
+def lora_url(
+    servers: OneServerAtATime,
+    sft_model: tuple[Path, dict[str, Any]],
+    adapters: dict[str, Path],
+    multi_adapter: tuple[Path, dict[str, Any]],
+) -> str:
+    """The SFT stand-in as ``qwen3``, both adapters and the multi-label one beside it, on one server."""
+    lora = {**adapters, MULTI_ADAPTER: multi_adapter[0]}
+    return servers.url("lora", "SFT model + 3 LoRA adapters", sft_model[0], lora=lora)
 
 
 # -- learning, on CPU --------------------------------------------------------------------------
@@ -314,6 +382,102 @@ def test_served_head_probabilities_match_transformers(head_model: tuple[Path, di
     assert worst <= PARITY
 
 
+# -- multi-label: learning, then the served head's scores and thresholds -------------------------
+def test_a_multi_label_head_learns_from_chance(
+    tiny_model: Path,
+    multi_head_model: tuple[Path, dict[str, Any]],
+    multi_held_out: list[tuple[str, tuple[str, ...]]],
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    path, report = multi_head_model
+    texts = [t for t, _ in multi_held_out]
+    task = _task("head", tiny_model, multi_label=True)
+    before = _multi_f1(score(task, task.load(str(tiny_model)), texts), multi_held_out)
+    trained = AutoModelForSequenceClassification.from_pretrained(path)
+    assert trained.config.problem_type == "multi_label_classification"  # vLLM applies a sigmoid per label
+    rows = score(task, trained, texts)
+    saved = json.loads((path / "classifier.json").read_text())["config"]
+    assert saved["multi_label"] and saved["mode"] == "head" and saved["threshold"] == report["thresholds"]
+    after = _multi_f1(rows, multi_held_out, saved["threshold"])
+    print(f"multi-label head: held-out micro-F1 {before:.4f} before, {after:.4f} after")
+    assert before < 0.7  # a label applies to 45 % of headlines: answering every label scores 0.62
+    assert after >= 0.9
+    assert report["finished"] and report["validation_at_thresholds"]["micro_f1"] >= 0.9
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="on the tiny 2-layer model a LoRA adapter does not learn, within a CPU-sized run, to carry the "
+    "text past each label's question to its yes/no answer (the validation loss stays near the base rate); "
+    "prompts, export, thresholds and serving parity are checked by the other multi-label tests",
+)
+def test_a_multi_label_sft_adapter_learns_from_chance(
+    sft_model: tuple[Path, dict[str, Any]],
+    multi_adapter: tuple[Path, dict[str, Any]],
+    multi_held_out: list[tuple[str, tuple[str, ...]]],
+) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    path, report = multi_adapter
+    texts = [t for t, _ in multi_held_out]
+    task = _task("sft", sft_model[0], multi_label=True)
+    base = AutoModelForCausalLM.from_pretrained(sft_model[0])
+    before = _multi_f1(score(task, base, texts), multi_held_out)  # the stand-in never saw the questions
+    rows = score(task, PeftModel.from_pretrained(base, path), texts)
+    saved = json.loads((path / "classifier.json").read_text())["config"]
+    assert saved["multi_label"] and saved["mode"] == "generate" and saved["model"] == MULTI_ADAPTER
+    after = _multi_f1(rows, multi_held_out, saved["threshold"])
+    print(f"multi-label sft adapter: held-out micro-F1 {before:.4f} before, {after:.4f} after")
+    assert before < 0.7
+    assert after >= 0.9
+    assert report["multi_label"] and report["finished"]
+
+
+def _check_served_multi_label(
+    classifier: QwenClassifier,
+    local: list[list[float]],
+    texts: list[str],
+    held_out: list[tuple[str, tuple[str, ...]]],
+    min_f1: float | None,
+) -> float:
+    """The served results against transformers' rows for ``texts`` (the held-out texts):
+    each label's score within PARITY, the labels those at or over the tuned thresholds, and
+    (``min_f1``) the held-out micro-F1 through the server. Returns the largest score gap."""
+    thresholds = classifier.threshold
+    assert classifier.multi_label and isinstance(thresholds, dict) and sorted(thresholds) == sorted(LABELS)
+    served = classifier.batch(texts)
+    worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(LABELS))
+    assert worst <= PARITY
+    for result in served:
+        assert result.multi_label and result.labels == [x for x in LABELS if result.scores[x] >= thresholds[x]]
+    rows = [[r.scores[x] for x in LABELS] for r in served]
+    f1 = multi_label_scores([set(y) for _, y in held_out], rows, LABELS, thresholds)["micro_f1"]
+    print(f"{classifier.model}: held-out micro-F1 through the server {f1:.4f}, max |score gap| {worst:.2e}")
+    if min_f1 is not None:
+        assert f1 >= min_f1
+    return worst
+
+
+def test_served_multi_label_head_matches_transformers_with_its_thresholds(
+    multi_head_model: tuple[Path, dict[str, Any]],
+    multi_head_url: str,
+    multi_held_out: list[tuple[str, tuple[str, ...]]],
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    path = multi_head_model[0]
+    texts = [t for t, _ in multi_held_out]
+    classifier = QwenClassifier.load(path, base_url=multi_head_url, model="news-multi-head")
+    assert classifier.mode == "head"
+    local = score(
+        _task("head", path, multi_label=True), AutoModelForSequenceClassification.from_pretrained(path), texts
+    )
+    _check_served_multi_label(classifier, local, texts, multi_held_out, min_f1=0.9)
+
+
 def test_a_head_served_by_the_generate_runner_scores_as_trained(
     head_generate_model: tuple[Path, dict[str, Any]], head_generate_url: str, held_out: list[tuple[str, str]]
 ) -> None:
@@ -362,6 +526,24 @@ def test_served_sft_scores_its_accuracy_through_eval(
     report = _eval(data, lora_url, path, work / "eval-sft")
     assert report["failed"] == 0 and report["accuracy"] >= 0.95
     assert report["accuracy"] == pytest.approx(summary["held_out_accuracy"], abs=0.01)
+
+
+def test_served_multi_label_sft_adapter_matches_transformers_with_its_thresholds(
+    sft_model: tuple[Path, dict[str, Any]],
+    multi_adapter: tuple[Path, dict[str, Any]],
+    lora_url: str,
+    multi_held_out: list[tuple[str, tuple[str, ...]]],
+) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    path = multi_adapter[0]
+    texts = [t for t, _ in multi_held_out]
+    classifier = QwenClassifier.load(path, base_url=lora_url)
+    assert classifier.model == MULTI_ADAPTER and classifier.prepare().scoring == "yes_no"
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(sft_model[0]), path)
+    local = score(_task("sft", sft_model[0], multi_label=True), model, texts)
+    _check_served_multi_label(classifier, local, texts, multi_held_out, min_f1=None)  # see the xfail above
 
 
 def test_two_adapters_answer_side_by_side_on_one_server(
