@@ -95,3 +95,8 @@ class MissingDependencyError(QwenFastError, ImportError):
 
 class ServerStartError(QwenFastError, RuntimeError):
     """A server (vLLM, the router or the MPS daemon) exited or did not become healthy in time."""
+
+
+class MeasurementError(QwenFastError, RuntimeError):
+    """A benchmark could not measure what it was asked to: requests failed during a timed run,
+    or a measuring subprocess exited with an error (the message gives its output)."""

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast.bench.measure import LABELS, FreshTexts
-from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.errors import ConfigurationError, MeasurementError
 from langchain_qwen_fast.testing.samples import headlines
 
 
@@ -112,7 +112,7 @@ def _compare(options: JobBenchOptions) -> dict[str, Any]:
                     seconds = time.perf_counter() - t0
                     failed = report.errors
                 if failed:
-                    raise RuntimeError(f"{path}: {failed} of {options.rows} rows failed; is the server healthy?")
+                    raise MeasurementError(f"{path}: {failed} of {options.rows} rows failed; is the server healthy?")
                 rates[path] = options.rows / seconds
             rounds.append(rates)
             print(
@@ -166,7 +166,7 @@ def run_memory(options: JobBenchOptions) -> dict[str, Any]:
                    str(options.chunks_in_flight)]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"the memory run of {rows} rows failed:\n{done.stderr[-3000:]}")
+            raise MeasurementError(f"the memory run of {rows} rows failed:\n{done.stderr[-3000:]}")
         sizes.append(json.loads(done.stdout.strip().splitlines()[-1]))
         row = sizes[-1]
         print(

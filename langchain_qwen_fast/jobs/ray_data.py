@@ -45,7 +45,7 @@ import orjson
 
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification, validate_text
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InvalidInputError
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InvalidInputError, ResponseFormatError
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
 from langchain_qwen_fast.jobs.job import ClassifyOptions, build_classifier, differences, fingerprint, renamed_columns
 from langchain_qwen_fast.jobs.parts import atomic_bytes, atomic_write
@@ -125,7 +125,7 @@ class RayJobReport:
 def shard_name(index: int) -> str:
     """The file name of shard ``index``: ``shard-000042.parquet``."""
     if index < 0:
-        raise ValueError(f"a shard index is 0 or more, got {index}")
+        raise ConfigurationError(f"a shard index is 0 or more, got {index}")
     return f"{SHARD_PREFIX}{index:06d}{SHARD_SUFFIX}"
 
 
@@ -168,7 +168,7 @@ class BatchColumns:
         import pyarrow as pa
 
         if len(results) != table.num_rows:
-            raise ValueError(f"{len(results)} results for {table.num_rows} rows")
+            raise ResponseFormatError(f"{len(results)} results for {table.num_rows} rows")
         if self.renames:
             table = table.rename_columns([self.renames.get(name, name) for name in table.column_names])
         rows = [result_columns(r, self.labels, self.multi_label) for r in results]
