@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from langchain_qwen_fast.bench.classify_job import JobBenchOptions
-from langchain_qwen_fast.cli.options import defaults, options_from
+from langchain_qwen_fast.cli.options import defaults, options_from, whole_numbers
 
 DESCRIPTION = """\
 The classify job against QwenClassifier.abatch on the same texts and server, side by side.
@@ -25,14 +25,6 @@ tests' canned vLLM in the same process instead of a server. Figures: docs/benchm
 """
 
 
-def sizes(text: str) -> tuple[int, ...]:
-    """Row counts such as ``10000,100000``."""
-    try:
-        return tuple(int(word) for word in text.split(",") if word.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want row counts such as 10000,100000, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``bench-job``'s options: one per field of :class:`JobBenchOptions`, whose defaults they take."""
     where = parser.add_mutually_exclusive_group()
@@ -43,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, help="default: %(default)s")
     parser.add_argument("--chunk-rows", type=int, help="the job's rows per chunk (default: %(default)s)")
     parser.add_argument("--chunks-in-flight", type=int, help="the job's chunks at once (default: %(default)s)")
-    parser.add_argument("--memory", type=sizes, metavar="N,N", help="peak memory of the job at these sizes")
+    parser.add_argument("--memory", type=whole_numbers, metavar="N,N", help="peak memory of the job at these sizes")
     parser.add_argument("--canned", action="store_true", help="with --memory: the tests' canned vLLM, no server")
     parser.add_argument("--out", help="folder for results.json (default: %(default)s)")
     parser.set_defaults(**defaults(JobBenchOptions))

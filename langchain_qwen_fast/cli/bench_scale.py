@@ -10,7 +10,7 @@ from pathlib import Path
 from langchain_qwen_fast.bench.capabilities import CAPABILITY_ROWS
 from langchain_qwen_fast.bench.scale import ScaleOptions
 from langchain_qwen_fast.bench.variants import PROFILE_CHOICES
-from langchain_qwen_fast.cli.options import defaults, options_from
+from langchain_qwen_fast.cli.options import defaults, options_from, whole_numbers
 from langchain_qwen_fast.serving import ROUTER_POLICIES
 from langchain_qwen_fast.serving.profiles import FRONTENDS
 
@@ -40,14 +40,6 @@ Figures measured with it: docs/benchmarks.md.
 """
 
 
-def counts(text: str) -> tuple[int, ...]:
-    """A comma-separated list of whole numbers such as ``1,2,4`` (empty: none)."""
-    try:
-        return tuple(int(word) for word in text.split(",") if word.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want whole numbers such as 1,2,4, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``bench-scale``'s options: one per field of :class:`ScaleOptions`, whose defaults they take."""
     parser.add_argument("--model", required=True, help="model directory (or hub id) to serve")
@@ -59,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model-name", help="served model name (default: %(default)s)")
     parser.add_argument("--tokenizer", help="the model's tokenizer for token-id prompts (default: MODEL)")
-    parser.add_argument("--subsets", type=counts, help="numbers of servers to spread over, e.g. 1,2,4 (default: all)")
-    parser.add_argument("--sweep-subsets", type=counts, help="subsets that also get the sweep, e.g. 1,4")
+    parser.add_argument("--subsets", type=whole_numbers, help="numbers of servers to use, e.g. 1,2,4 (default: all)")
+    parser.add_argument("--sweep-subsets", type=whole_numbers, help="subsets that also get the sweep, e.g. 1,4")
     parser.add_argument("--items", type=int, help="items per throughput run (default: %(default)s)")
     parser.add_argument("--router", choices=ROUTER_POLICIES, help="also measure the router")
     parser.add_argument("--router-servers", type=int, help="servers behind the router (default: all)")
@@ -76,10 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mps", action="store_true", help="run the servers under NVIDIA MPS (see qwen-fast serve)")
     parser.add_argument("--mode", choices=["generate", "head"], help="the model's kind (default: %(default)s)")
     parser.add_argument(
-        "--client-processes", type=counts, help="also run the defaults spread over N client processes, e.g. 2,4"
+        "--client-processes", type=whole_numbers, help="also run the defaults spread over N client processes, e.g. 2,4"
     )
     parser.add_argument(
-        "--capabilities-subsets", type=counts, help="capability rows over the first k servers, e.g. 1,4"
+        "--capabilities-subsets", type=whole_numbers, help="capability rows over the first k servers, e.g. 1,4"
     )
     parser.add_argument(
         "--capabilities-items-per-server", type=int, help="texts per capability run, per server (default: %(default)s)"

@@ -13,6 +13,15 @@ from langchain_qwen_fast.training.data import LabelledFile
 Options = TypeVar("Options")
 
 
+def whole_numbers(text: str) -> tuple[int, ...]:
+    """A comma-separated list of whole numbers such as ``1,2,4`` or ``10000,100000`` (empty:
+    none), as an argument type."""
+    try:
+        return tuple(int(word) for word in text.split(",") if word.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want whole numbers such as 1,2,4, got {text!r}") from None
+
+
 def defaults(cls: type[Any]) -> dict[str, Any]:
     """The defaults of the dataclass ``cls``'s fields, for ``parser.set_defaults``: the parser
     shows (``%(default)s``) and uses the dataclass's own."""

@@ -11,6 +11,7 @@ import pytest
 
 from langchain_qwen_fast.bench.scale import ScaleOptions, us_per_item
 from langchain_qwen_fast.cli import bench_scale as cli
+from langchain_qwen_fast.cli.options import whole_numbers
 from langchain_qwen_fast.errors import ConfigurationError
 
 
@@ -57,7 +58,7 @@ def test_the_defaults_are_the_dataclasss_own(tmp_path: Path) -> None:
 
 
 def test_a_list_of_counts_is_checked_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.counts("1, 2,,4") == (1, 2, 4) and cli.counts("") == ()
+    assert whole_numbers("1, 2,,4") == (1, 2, 4) and whole_numbers("") == ()
     with pytest.raises(SystemExit):
         parsed("--model", "m", "--subsets", "1,two")
     assert "whole numbers such as 1,2,4" in capsys.readouterr().err
