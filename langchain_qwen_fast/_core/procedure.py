@@ -24,6 +24,7 @@ from langchain_qwen_fast._core.prompting import (
     Step,
     constrained_choice_max_tokens,
     plan_steps,
+    yes_no_steps,
 )
 from langchain_qwen_fast._core.transport import Call, Steps
 from langchain_qwen_fast.caches import ClassificationCache
@@ -155,10 +156,7 @@ class Procedure:
         end_token = None
         if labels.multi_label:
             yes_no = yield from self._tokenize(["yes", "no"])
-            if any(len(t) != 1 for t in yes_no) or yes_no[0] == yes_no[1]:
-                raise QwenFastError(f"'yes' and 'no' must be single distinct tokens on this server, got {yes_no}")
-            allowed = (yes_no[0][0], yes_no[1][0])
-            scoring, steps = "yes_no", tuple(Step(labels.question(label), allowed) for label in labels.labels)
+            scoring, steps = "yes_no", yes_no_steps(labels, yes_no, "on this server")
         else:
             *label_tokens, end = yield from self._tokenize([*labels.labels, "<|im_end|>"])
             end_token = end[0]

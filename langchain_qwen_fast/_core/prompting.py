@@ -374,6 +374,17 @@ class Prediction:
         return cls(max(range(len(scores)), key=scores.__getitem__), tuple(scores))
 
 
+def yes_no_steps(labels: LabelSet, yes_no: Sequence[Sequence[int]], where: str) -> tuple[Step, ...]:
+    """The multi-label steps, from the token ids of ``yes`` and ``no``: one step per label, its
+    question as the step's tail, ``yes`` and ``no`` as the step's answer tokens.
+    :class:`ConfigurationError` when they are not single distinct tokens (``where`` says whose
+    tokens: "on this server", "for this tokenizer")."""
+    if len(yes_no) != 2 or any(len(t) != 1 for t in yes_no) or yes_no[0] == yes_no[1]:
+        raise ConfigurationError(f"'yes' and 'no' must be single distinct tokens {where}, got {list(yes_no)}")
+    allowed = (yes_no[0][0], yes_no[1][0])
+    return tuple(Step(labels.question(label), allowed) for label in labels.labels)
+
+
 def plan_steps(
     label_tokens: Sequence[Sequence[int]], end_token: int
 ) -> tuple[Scoring, tuple[Step, ...], tuple[tuple[int, ...], ...]]:

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_qwen_fast._core.prompting import ClassifierPlan, LabelSet, Step, local_plan, neutralize_control_tokens
+from langchain_qwen_fast._core.prompting import (
+    ClassifierPlan,
+    LabelSet,
+    local_plan,
+    neutralize_control_tokens,
+    yes_no_steps,
+)
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.training.options import TrainOptions
 
@@ -280,10 +286,8 @@ def local_yes_no_plan(label_set: LabelSet, tokenizer: Any, max_model_len: int = 
     :class:`ConfigurationError` when ``yes`` or ``no`` is not a token of its own."""
     if not label_set.multi_label:
         raise ConfigurationError("a yes/no plan is multi-label")
-    yes, no = (e.ids for e in tokenizer.encode_batch(["yes", "no"], add_special_tokens=False))
-    if len(yes) != 1 or len(no) != 1 or yes == no:
-        raise ConfigurationError(f"'yes' and 'no' must be single distinct tokens for this tokenizer, got {yes}, {no}")
-    steps = tuple(Step(label_set.question(label), (yes[0], no[0])) for label in label_set.labels)
+    yes_no = [e.ids for e in tokenizer.encode_batch(["yes", "no"], add_special_tokens=False)]
+    steps = yes_no_steps(label_set, yes_no, "for this tokenizer")
     return ClassifierPlan.generate(label_set, "yes_no", steps, 0, max_model_len).with_tokenizer(tokenizer)
 
 
