@@ -37,9 +37,10 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 
 
-def session_cpu_seconds(leader: int) -> float:
+def group_cpu_seconds(leader: int) -> float:
     """CPU seconds (user + system, with reaped children) of every process in ``leader``'s
-    session: the server, its engine core and any worker."""
+    process group (the launcher starts each server in a group of its own): the server, its
+    engine core and any worker."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for entry in os.listdir("/proc"):
@@ -50,7 +51,7 @@ def session_cpu_seconds(leader: int) -> float:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:  # the process ended meanwhile
             continue
-        if int(fields[3]) == leader:  # the session id
+        if int(fields[2]) == leader:  # the process group id
             total += sum(int(v) for v in fields[11:15]) / ticks
     return total
 
@@ -62,17 +63,17 @@ def measure(model: str, name: str, texts: list[str], round_: int) -> str:
     with server:
         boot = time.perf_counter() - started
         assert server.pid is not None
-        boot_cpu = session_cpu_seconds(server.pid)
+        boot_cpu = group_cpu_seconds(server.pid)
         classifier = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url=server.base_url, model="qwen3")
         classifier.batch(texts[:32])
         rates = []
-        cpu_before = session_cpu_seconds(server.pid)
+        cpu_before = group_cpu_seconds(server.pid)
         for batch_number in range(3):
             batch = [f"{text} ({round_}-{batch_number}-{i})" for i, text in enumerate(texts * 3)]
             t0 = time.perf_counter()
             classifier.batch(batch)
             rates.append(len(batch) / (time.perf_counter() - t0))
-        cpu_ms_per_item = (session_cpu_seconds(server.pid) - cpu_before) * 1000 / (3 * 3 * len(texts))
+        cpu_ms_per_item = (group_cpu_seconds(server.pid) - cpu_before) * 1000 / (3 * 3 * len(texts))
         latencies = []
         for i in range(120):
             t0 = time.perf_counter()
