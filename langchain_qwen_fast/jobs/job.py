@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from langchain_qwen_fast._extras import require_extra
-from langchain_qwen_fast.classification import Classification, validate_text
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InvalidInputError
+from langchain_qwen_fast.classification import Classification
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
 from langchain_qwen_fast.jobs.parts import MANIFEST_VERSION, WorkFolder, atomic_bytes, part_files
 from langchain_qwen_fast.jobs.review import ReviewChunk, ReviewOptions, write_review
@@ -318,21 +318,19 @@ class _Job:
         return at - start
 
     async def _classify(self, chunk: list[InputRow]) -> list[Result]:
-        """Each row's classification or error: rows that cannot be read, or whose value is not
-        text to classify, get their error without a request; the others go in one ``abatch``."""
+        """Each row's classification or error: rows that cannot be read get their error without
+        a request; the others go in one ``abatch``, which puts the error of a value that is not
+        text to classify in its place."""
         results: list[Result | None] = [None] * len(chunk)
-        places, texts = [], []
+        readable = []
         for i, row in enumerate(chunk):
-            if row.problem is not None:
+            if row.problem is None:
+                readable.append(i)
+            else:
                 results[i] = DataFileError(f"{row.place} {row.problem}")
-                continue
-            try:
-                texts.append(validate_text(row.text))
-                places.append(i)
-            except InvalidInputError as exc:
-                results[i] = exc
-        if texts:
-            for i, result in zip(places, await self.classifier.abatch(texts, return_exceptions=True)):
+        if readable:
+            values = [chunk[i].text for i in readable]
+            for i, result in zip(readable, await self.classifier.abatch(values, return_exceptions=True)):
                 results[i] = result
         return [r for r in results if r is not None]
 

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from langchain_qwen_fast._extras import require_extra
-from langchain_qwen_fast.classification import Classification, validate_text
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InvalidInputError, ResponseFormatError
+from langchain_qwen_fast.classification import Classification
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError, ResponseFormatError
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
 from langchain_qwen_fast.jobs.job import ClassifyOptions, build_classifier, differences, fingerprint, renamed_columns
 from langchain_qwen_fast.jobs.parts import atomic_bytes, atomic_write
@@ -193,21 +193,19 @@ def texts_of(table: Any, source: TextSource) -> list[Any]:
 
 
 def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> list[Classification | BaseException]:
-    """Each value's classification or error, in order: values that are not text to classify
-    get their error without a request; the others go in one ``QwenClassifier.batch``."""
+    """Each value's classification or error, in order: values that are already an error keep
+    it without a request; the others go in one ``QwenClassifier.batch``, which puts the error
+    of a value that is not text to classify in its place."""
     results: list[Classification | BaseException | None] = [None] * len(values)
-    places, texts = [], []
+    readable = []
     for i, value in enumerate(values):
         if isinstance(value, BaseException):
             results[i] = value
-            continue
-        try:
-            texts.append(validate_text(value))
-            places.append(i)
-        except InvalidInputError as exc:
-            results[i] = exc
-    if texts:
-        for i, result in zip(places, classifier.batch(texts, return_exceptions=True)):
+        else:
+            readable.append(i)
+    if readable:
+        picked = [values[i] for i in readable]
+        for i, result in zip(readable, classifier.batch(picked, return_exceptions=True)):
             results[i] = result
     return [r for r in results if r is not None]
 

@@ -44,6 +44,7 @@ class Task:
     def __init__(
         self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
     ) -> None:
+        options.check(multi_label)
         self.options = options
         self.labels = list(labels)
         #: several labels per item: a target is a tuple of label indices, a score row independent probabilities
@@ -114,7 +115,6 @@ class HeadTask(Task):
         self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
     ) -> None:
         super().__init__(options, labels, tokenizer, torch, multi_label)
-        options.check(multi_label)
         if options.export == "generate":
             label_set = LabelSet.build(labels, options.label_descriptions, options.instructions)
             self.plan = local_plan(label_set, tokenizer)
@@ -173,7 +173,6 @@ class SFTTask(Task):
         self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
     ) -> None:
         super().__init__(options, labels, tokenizer, torch, multi_label)
-        options.check(multi_label)
         label_set = LabelSet.build(labels, options.label_descriptions, options.instructions, multi_label=multi_label)
         self.plan = local_yes_no_plan(label_set, tokenizer) if multi_label else local_plan(label_set, tokenizer)
 
