@@ -4,7 +4,9 @@ Speed (:func:`run_job_bench`): on one server and one classifier, each round time
 ``abatch`` over ``rows`` fresh texts in one call, and the whole job (a CSV of as many other
 fresh texts read, classified in chunks, written, joined, its report written; no progress bar
 or histogram) one after the other, the order swapped each round, so drift hits both alike.
-Prints both rates per round, their medians and the ratio job / abatch; writes JSON.
+Prints both rates per round, their medians and the ratio job / abatch; writes JSON. With
+``ray``, the same job on Ray Data (:func:`~langchain_qwen_fast.jobs.ray_data.classify_dataset`,
+a Parquet file of other fresh texts, Ray's read and actor start included) is a third path.
 
 Memory (:func:`run_memory`): for each size, a fresh process generates a CSV of that many rows
 (row by row), runs the job on it and reports its peak resident memory (``ru_maxrss``) before
@@ -16,6 +18,7 @@ per second than a CPU server gives; only from a checkout of the repository).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import importlib
 import json
@@ -52,6 +55,11 @@ class JobBenchOptions:
     memory: tuple[int, ...] = ()
     #: with ``memory``: against the repository's canned vLLM instead of a server
     canned: bool = False
+    #: also time the job on Ray: ``local`` (a Ray started here for the run, unless this process
+    #: has one), ``auto`` or ``ray://HOST:10001``
+    ray: str | None = None
+    #: with ``ray``: classifier actors, each taking half a CPU (the shards: two an actor)
+    ray_actors: int = 2
     out: str = "out/bench-job"
 
 
@@ -82,63 +90,106 @@ def run_job_bench(options: JobBenchOptions) -> dict[str, Any]:
 
 def _compare(options: JobBenchOptions) -> dict[str, Any]:
     from langchain_qwen_fast import QwenClassifier
-    from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
 
     fresh = FreshTexts()
     classifier = QwenClassifier(labels=LABELS, base_url=options.base_url or "", model=options.model)
     classifier.batch(fresh(64))  # set-up done, connections open, the server warm
     work = Path(tempfile.mkdtemp(prefix="bench-job-"))
+    paths = ["abatch", "job", *(["ray"] if options.ray else [])]
     rounds = []
     try:
-        for round_number in range(options.rounds):
-            order = ["abatch", "job"] if round_number % 2 == 0 else ["job", "abatch"]
-            rates: dict[str, float] = {}
-            for path in order:
-                texts = fresh(options.rows)
-                if path == "abatch":
-                    t0 = time.perf_counter()
-                    results = asyncio.run(_abatch(classifier, texts))
-                    seconds = time.perf_counter() - t0
-                    failed = sum(isinstance(r, BaseException) for r in results)
-                else:
-                    source = _write_csv(work / f"in-{round_number}.csv", texts)
-                    job = ClassifyOptions(
-                        str(source), str(work / f"out-{round_number}.csv"), labels=tuple(LABELS),
-                        chunk_rows=options.chunk_rows, chunks_in_flight=options.chunks_in_flight,
-                        progress=False, histogram=False,
-                    )  # fmt: skip
-                    t0 = time.perf_counter()
-                    report = classify_table(job, classifier)
-                    seconds = time.perf_counter() - t0
-                    failed = report.errors
-                if failed:
-                    raise MeasurementError(f"{path}: {failed} of {options.rows} rows failed; is the server healthy?")
-                rates[path] = options.rows / seconds
-            rounds.append(rates)
-            print(
-                f"round {round_number + 1}: abatch {rates['abatch']:.1f} rows/s, job {rates['job']:.1f} rows/s, "
-                f"job/abatch {rates['job'] / rates['abatch']:.3f}",
-                flush=True,
-            )
+        with _ray_for(options):
+            for round_number in range(options.rounds):
+                rates: dict[str, float] = {}
+                shift = round_number % len(paths)  # each path goes first in turn
+                for path in paths[shift:] + paths[:shift]:
+                    texts = fresh(options.rows)
+                    seconds, failed = _time_path(path, options, classifier, texts, work / f"{path}-{round_number}")
+                    if failed:
+                        raise MeasurementError(
+                            f"{path}: {failed} of {options.rows} rows failed; is the server healthy?"
+                        )
+                    rates[path] = options.rows / seconds
+                rounds.append(rates)
+                shown = ", ".join(f"{path} {rates[path]:.1f} rows/s" for path in paths)
+                print(f"round {round_number + 1}: {shown}, job/abatch {rates['job'] / rates['abatch']:.3f}", flush=True)
     finally:
         classifier.close()
-    abatch = statistics.median(r["abatch"] for r in rounds)
-    job_rate = statistics.median(r["job"] for r in rounds)
+    medians = {path: statistics.median(r[path] for r in rounds) for path in paths}
     ratios = [r["job"] / r["abatch"] for r in rounds]
-    result = {
+    result: dict[str, Any] = {
         "options": asdict(options),
         "rounds": rounds,
-        "abatch_rows_per_s": round(abatch, 1),
-        "job_rows_per_s": round(job_rate, 1),
-        "ratio_of_medians": round(job_rate / abatch, 4),
+        "abatch_rows_per_s": round(medians["abatch"], 1),
+        "job_rows_per_s": round(medians["job"], 1),
+        "ratio_of_medians": round(medians["job"] / medians["abatch"], 4),
         "ratios": [round(r, 4) for r in ratios],
     }
-    print(
-        f"median: abatch {abatch:.1f} rows/s, job {job_rate:.1f} rows/s; job/abatch {job_rate / abatch:.3f} "
-        f"(rounds {min(ratios):.3f}-{max(ratios):.3f})"
-    )
+    shown = ", ".join(f"{path} {medians[path]:.1f} rows/s" for path in paths)
+    spread = f"rounds {min(ratios):.3f}-{max(ratios):.3f}"
+    summary = f"median: {shown}; job/abatch {result['ratio_of_medians']:.3f} ({spread})"
+    if options.ray:
+        result["ray_rows_per_s"] = round(medians["ray"], 1)
+        result["ray_over_abatch"] = round(medians["ray"] / medians["abatch"], 4)
+        summary += f"; ray/abatch {result['ray_over_abatch']:.3f}"
+    print(summary)
     _save(options, result)
     return result
+
+
+def _time_path(path: str, options: JobBenchOptions, classifier: Any, texts: list[str], work: Path) -> tuple[float, int]:
+    """Seconds that ``path`` took over ``texts``, and how many of them failed."""
+    from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
+
+    work.mkdir(parents=True)
+    if path == "abatch":
+        t0 = time.perf_counter()
+        results = asyncio.run(_abatch(classifier, texts))
+        return time.perf_counter() - t0, sum(isinstance(r, BaseException) for r in results)
+    settings: dict[str, Any] = {"labels": tuple(LABELS), "progress": False, "histogram": False}
+    if path == "job":
+        job = ClassifyOptions(str(_write_csv(work / "in.csv", texts)), str(work / "out.csv"),
+                              chunk_rows=options.chunk_rows, chunks_in_flight=options.chunks_in_flight,
+                              **settings)  # fmt: skip
+        t0 = time.perf_counter()
+        report = classify_table(job, classifier)
+        return time.perf_counter() - t0, report.errors
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from langchain_qwen_fast.jobs.ray_data import RayOptions, classify_dataset
+
+    source = work / "in.parquet"
+    pq.write_table(pa.table({"text": texts}), source)
+    job = ClassifyOptions(str(source), str(work / "out"), base_url=options.base_url, model=options.model, **settings)
+    actors = options.ray_actors
+    on_ray = RayOptions(shard_rows=max(1, -(-options.rows // (2 * actors))), actors=actors, actor_cpus=0.5,
+                        batch_rows=min(8192, max(1, options.rows // (4 * actors))))  # fmt: skip
+    t0 = time.perf_counter()
+    ray_report = classify_dataset(job, on_ray)
+    return time.perf_counter() - t0, ray_report.error_rows + options.rows - ray_report.classified_rows
+
+
+@contextlib.contextmanager
+def _ray_for(options: JobBenchOptions) -> Iterator[None]:
+    """The Ray that the ``ray`` path runs on, for the whole run: the one this process has, or
+    one connected to (``local``: started) here and shut down at the end."""
+    if not options.ray:
+        yield
+        return
+    from langchain_qwen_fast._extras import require_extra
+
+    require_extra("ray", "ray", "pyarrow", what="the benchmark's Ray path")
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address=None if options.ray == "local" else options.ray, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 async def _abatch(classifier: Any, texts: list[str]) -> list[Any]:

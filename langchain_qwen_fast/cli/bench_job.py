@@ -15,13 +15,16 @@ The classify job against QwenClassifier.abatch on the same texts and server, sid
     qwen-fast bench-job --start-server .models/qwen3-tiny --rows 4096
     qwen-fast bench-job --memory 10000,100000,1000000 --canned     # from a checkout of the repository
     qwen-fast bench-job --memory 10000,50000 --base-url http://127.0.0.1:8000/v1
+    qwen-fast bench-job --start-server .models/qwen3-tiny --rows 2048 --ray local
 
 Each round times abatch over --rows fresh texts in one call and the whole job on a CSV of as
 many other fresh texts (read, classified in --chunk-rows chunks, written, joined, reported;
 no progress bar or histogram), the order swapped each round. Prints both rates per round,
 their medians and the ratio job/abatch; writes results.json. --memory runs the job at each
 size in a fresh process and reports its peak resident memory; --canned answers from the
-tests' canned vLLM in the same process instead of a server. Figures: docs/benchmarks.md.
+tests' canned vLLM in the same process instead of a server. --ray adds the job on Ray Data
+(a Parquet file of other fresh texts; Ray's read and actor start included) as a third path.
+Figures: docs/benchmarks.md.
 """
 
 
@@ -37,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks-in-flight", type=int, help="the job's chunks at once (default: %(default)s)")
     parser.add_argument("--memory", type=whole_numbers, metavar="N,N", help="peak memory of the job at these sizes")
     parser.add_argument("--canned", action="store_true", help="with --memory: the tests' canned vLLM, no server")
+    parser.add_argument("--ray", metavar="ADDRESS", help="also on Ray: local, auto or ray://HOST:10001")
+    parser.add_argument("--ray-actors", type=int, help="with --ray: classifier actors (default: %(default)s)")
     parser.add_argument("--out", help="folder for results.json (default: %(default)s)")
     parser.set_defaults(**defaults(JobBenchOptions))
 

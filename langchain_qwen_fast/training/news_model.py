@@ -23,7 +23,7 @@ _NEWS_RECIPE: Mapping[str, Any] = MappingProxyType(
         "seed": 0,
         "epochs": 3,
         "learning_rate": 2e-3,
-        "version": 1,
+        "version": 2,
     }
 )
 

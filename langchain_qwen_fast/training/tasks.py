@@ -240,13 +240,21 @@ class SFTTask(Task):
         return torch.nn.functional.linear(picked, lm.lm_head.weight[rows], bias).float()
 
     def loss(self, model: Any, encoded: Sequence[list[int]], targets: Sequence[Any]) -> Any:
-        """Cross-entropy of the answer tokens given the prompt (prompt tokens are not targets);
-        multi-label, of each label's ``yes`` (it applies) or ``no`` after its question, over
-        those two tokens (the classifier renormalises their probabilities)."""
+        """The cross-entropy of what the classifier reads. One step over the labels' first
+        tokens (``label_tokens``): of the label's token over those tokens alone, as the
+        classifier renormalises their probabilities over the labels. Labels of several tokens:
+        of each answer token over the vocabulary (the classifier sums those logprobs along
+        each label). Multi-label: of each label's ``yes`` (it applies) or ``no`` after its
+        question, over those two tokens."""
         torch = self.torch
-        if self.multi_label:  # the cross-entropy of yes against no: what the classifier reads
+        if self.multi_label:
             margin = self._yes_minus_no(model, encoded)
             return torch.nn.functional.binary_cross_entropy_with_logits(margin, self.label_rows(targets))
+        if self.plan.scoring == "label_tokens":
+            tokens = self.plan.answer_token_ids
+            logits = self._answer_logits(model, encoded, [len(p) for p in encoded], 1, tokens)
+            gold = torch.tensor(list(targets), dtype=torch.long, device=self.device)  # a label's index
+            return torch.nn.functional.cross_entropy(logits[:, 0], gold)
         answers = [self.plan.answer_tokens(t) for t in targets]
         width = max(map(len, answers))
         sequences = [prompt + list(answer[:-1]) for prompt, answer in zip(encoded, answers)]
