@@ -128,8 +128,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     ``max_concurrency``. None (default): 8 per replica in ``base_url``, or 256 per replica
     where the server takes one prompt a request (vLLM's Rust frontend: each prompt is a
     request of its own)."""
-    abstain_below: float | None = Field(default=None, gt=0, lt=1)
-    """If set, a best-label probability below it gives an abstained result (label None)."""
+    abstain_below: float | None = Field(default=None, gt=0, le=1)
+    """If set, a best-label probability below it gives an abstained result (label None). Any
+    threshold ``qwen-fast eval --calibrate`` can fit, 1 included: a confident model gives many
+    probabilities that round to exactly 1, and a target accuracy may be reached only by
+    answering those alone."""
     temperature: float = Field(default=1.0, gt=0)
     """Calibration temperature applied to every result's scores (fit it with ``qwen-fast eval
     --calibrate``): single-label scores become a softmax of ``log p / temperature``, multi-label

@@ -95,6 +95,18 @@ def test_coverage_curve_and_abstain_threshold() -> None:
     assert calibration.abstain_threshold([0.9, 0.8], [False, False], 0.5) is None
 
 
+def test_a_threshold_of_one_is_fitted_and_the_classifier_takes_it() -> None:
+    """Probabilities that round to exactly 1, all right, and the others not good enough: the fit
+    answers those alone, and the classifier accepts that threshold and answers at 1."""
+    from langchain_qwen_fast import QwenClassifier
+
+    confidence = [1.0, 1.0, 1.0, 0.99, 0.98]
+    correct = [True, True, True, False, False]
+    assert calibration.abstain_threshold(confidence, correct, 0.98) == pytest.approx((1.0, 0.6, 1.0))
+    classifier = QwenClassifier(labels=["a", "b"], base_url="http://127.0.0.1:9/v1", abstain_below=1.0)
+    assert classifier.abstain_below == 1.0
+
+
 def test_bootstrap_interval_brackets_the_estimate_and_is_reproducible() -> None:
     rng = random.Random(3)
     labels = ["a", "b", "c"]
