@@ -4,7 +4,7 @@
 #
 # Packages are installed with uv (from PyPI, into .venv), which resolves and unpacks in
 # parallel where pip works one package at a time; it is the slowest step of a clean set-up
-# (docs/benchmarks.md, "Set-up"). uv reads none of pip's configuration, so the local wheel
+# (docs/benchmarks.md, "set-up and type checking"). uv reads none of pip's configuration, so the local wheel
 # folders and the version caps that pip's configuration names on this machine are handed to it.
 set -euo pipefail
 cd "$(dirname "$0")"
