@@ -84,3 +84,39 @@ def test_a_multi_label_head_for_the_generate_runner_is_refused() -> None:
     options = TrainOptions(method="head", base_model="m", out="o", export="generate")
     with pytest.raises(ConfigurationError, match="/classify"):
         HeadTask(options, ["World", "Sports"], ToyTokenizer(), torch, True)
+
+
+def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone() -> None:
+    """The classifier renormalises the labels' first-token probabilities, so that is what SFT
+    trains: the loss equals the cross-entropy over those tokens' logits, and a token no label
+    starts with, however likely, takes no part in it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from langchain_qwen_fast.training.tasks import SFTTask
+
+    class ToyLM(torch.nn.Module):
+        """A causal LM's surface: each position's hidden state is its token's embedding."""
+
+        def __init__(self, vocab: int) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(vocab, 4)
+            self.lm_head = torch.nn.Linear(4, vocab, bias=False)
+            self.model = lambda input_ids, **_: SimpleNamespace(last_hidden_state=self.embed(input_ids))
+
+    torch.manual_seed(0)
+    task = SFTTask(TrainOptions(method="sft", base_model="m", out="o"), ["World", "Sports", "Business"],
+                   ToyTokenizer(), torch)  # fmt: skip
+    model = ToyLM(1_002_000)  # the toy tokenizer's ids lie in [1000, 1001000)
+    encoded = task.encode(["Stocks rally", "Cup final tonight"])
+    targets = [2, 1]
+    loss = task.loss(model, encoded, targets).item()
+    tokens = list(task.plan.answer_token_ids)
+    last = model.embed(torch.tensor([ids[-1] for ids in encoded]))  # what predicts the answer
+    expected = torch.nn.functional.cross_entropy(model.lm_head(last)[:, tokens], torch.tensor(targets))
+    assert loss == pytest.approx(expected.item(), rel=1e-5)
+    other = next(i for i in range(1_000, 2_000) if i not in tokens)
+    with torch.no_grad():  # far the likeliest token after the first prompt, and no label's
+        model.lm_head.weight[other] = 10 * last[0]
+    assert task.loss(model, encoded, targets).item() == pytest.approx(loss, rel=1e-6)
