@@ -182,10 +182,12 @@ def _ray_for(options: JobBenchOptions) -> Iterator[None]:
     require_extra("ray", "ray", "pyarrow", what="the benchmark's Ray path")
     import ray
 
+    from langchain_qwen_fast.jobs.ray_data import cluster_address
+
     if ray.is_initialized():
         yield
         return
-    ray.init(address=None if options.ray == "local" else options.ray, include_dashboard=False, log_to_driver=False)
+    ray.init(address=cluster_address(options.ray), include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:

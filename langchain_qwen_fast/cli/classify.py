@@ -7,7 +7,7 @@ import dataclasses
 
 from langchain_qwen_fast.cli.options import defaults, options_from
 from langchain_qwen_fast.jobs.job import ClassifyOptions
-from langchain_qwen_fast.jobs.ray_data import RayJobReport, RayOptions
+from langchain_qwen_fast.jobs.ray_data import RayJobReport, RayOptions, cluster_address
 
 DESCRIPTION = """\
 Label every row of a table with a classifier, in a stream that resumes where it stopped.
@@ -94,7 +94,7 @@ def ray_options(args: argparse.Namespace) -> RayOptions | None:
     if args.ray is None:
         return None
     options = options_from(RayOptions, args)
-    return dataclasses.replace(options, address=None if args.ray == "local" else args.ray)
+    return dataclasses.replace(options, address=cluster_address(args.ray))
 
 
 def ray_summary(report: RayJobReport) -> str:

@@ -99,6 +99,12 @@ class RayOptions:
             raise ConfigurationError(f"actor_cpus must be 0 or more, got {self.actor_cpus}")
 
 
+def cluster_address(given: str) -> str | None:
+    """The address to start or join Ray with for ``--ray GIVEN``: ``local`` is a Ray started in
+    this process (None), anything else (``auto``, ``ray://HOST:10001``) is joined as given."""
+    return None if given == "local" else given
+
+
 @dataclass(frozen=True)
 class RayJobReport:
     """What a Ray job did."""
