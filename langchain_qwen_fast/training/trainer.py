@@ -239,7 +239,11 @@ def _start(items: Sequence[LabelledItem], labels: Sequence[str], options: TrainO
     # The schedule follows the epochs, not max_steps: a run stopped early and resumed trains
     # exactly as one that was never stopped.
     total_steps = math.ceil(len(train_items) / options.batch_size) * options.epochs
-    optimizer = torch.optim.AdamW(trainable, lr=options.lr, weight_decay=0.0)
+    # The fused AdamW: one kernel over each tensor instead of a dozen passes. Full fine-tuning
+    # updates the whole embedding matrix (most of a small model's weights) at every step, and
+    # the step is then a large part of the run's time (docs/benchmarks.md, "fused AdamW").
+    fused = task.device.type in ("cpu", "cuda")
+    optimizer = torch.optim.AdamW(trainable, lr=options.lr, weight_decay=0.0, fused=fused or None)
     warmup = max(1, total_steps // 20)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total_steps - step) / max(1, total_steps - warmup)))

@@ -7,6 +7,9 @@ server that is already running (it must serve the tiny model as ``qwen3``).
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,10 +17,15 @@ import pytest
 
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from langchain_qwen_fast.testing.tiny_model import build_test_model
+from tests.support.background import BackgroundJobs, Job
 from tests.support.proxy import FaultProxy
 from tests.support.servers import PlannedServer
 
 ROOT = Path(__file__).resolve().parents[2]
+# One compute thread for torch here and in every process the tests start (the CPU servers' model
+# runs on one anyway): with the servers and background jobs beside it, a second thread is often
+# starved of its core and holds the first up at every parallel operation.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 TINY_MODEL = ROOT / ".models" / "qwen3-tiny"
 NEWS_LABELS = list(AG_NEWS_LABELS)
 #: The API key the reliability module's own server requires.
@@ -85,6 +93,9 @@ _RUN_FIRST = (
     "test_capabilities.py",
     "test_rust_frontend.py",
 )
+#: The integration modules that run last, in this order: the ones that wait for background work
+#: (see :data:`BACKGROUND`), which by then has had the rest of the run to get done.
+_RUN_LAST = ("test_trainer.py", "test_examples.py")
 
 #: Servers of one module, spawned when an earlier module starts: a lone CPU server's start-up
 #: keeps one core busy importing and leaves the other to the tests running meanwhile.
@@ -94,24 +105,70 @@ _SPAWN_AHEAD = {
     "test_capabilities.py": ("rust_server_url",),
 }
 
+#: Work that the integration modules need later, in the background (see
+#: :mod:`tests.support.background`). A module plans its jobs with a function ``background_jobs()``
+#: that maps a fixture's name to the jobs it waits for; the jobs of the fixtures that collected
+#: tests use are queued in the order the modules run, as soon as the tests are collected.
+BACKGROUND = BackgroundJobs(ROOT / "out" / "background", ROOT)
+#: Jobs queued later instead, as the module named starts, by fixture name: the long examples,
+#: which start servers of their own, once the server group's module (the most servers at once)
+#: is over and the training runs are done.
+_QUEUE_AHEAD = {"test_chat_model.py": ("accuracy_loop", "review_loop")}
+_QUEUED_LATER = {fixture for fixtures in _QUEUE_AHEAD.values() for fixture in fixtures}
+_planned: dict[str, tuple[str, tuple[Job, ...]]] = {}  # fixture name -> (its module's file, jobs)
+_background_root: list[Path] = []
+
+
+def background_work(name: str) -> Path:
+    """A folder, the same for the whole run, for a background job's files."""
+    if not _background_root:
+        _background_root.append(Path(tempfile.mkdtemp(prefix="qwen-fast-tests-")))
+    path = _background_root[0] / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _plan_background(items: list[pytest.Item]) -> None:
+    modules: dict[str, tuple[object, set[str]]] = {}  # file name -> (module, fixtures its tests use)
+    for item in items:
+        if "integration_tests" in item.path.parts and isinstance(item, pytest.Function):
+            modules.setdefault(item.path.name, (item.module, set()))[1].update(item.fixturenames)
+    for file, (module, used) in modules.items():
+        plan = getattr(module, "background_jobs", None)
+        for fixture, jobs in (plan() if plan else {}).items():
+            if fixture in used:
+                _planned[fixture] = (file, jobs)
+                if fixture not in _QUEUED_LATER:
+                    for job in jobs:
+                        BACKGROUND.queue(job)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The unit layer first, then the integration modules in :data:`_RUN_FIRST`, then the others
-    (the sort is stable: the tests of a module keep their order)."""
+    """The unit layer first, then the integration modules in :data:`_RUN_FIRST`, then the others,
+    then those in :data:`_RUN_LAST` (the sort is stable: the tests of a module keep their order)."""
 
-    def rank(item: pytest.Item) -> tuple[bool, int]:
+    def rank(item: pytest.Item) -> tuple[bool, int, int]:
         integration = "integration_tests" in item.path.parts
         name = item.path.name  # unit modules of the same names keep their places
         first = _RUN_FIRST.index(name) if integration and name in _RUN_FIRST else len(_RUN_FIRST)
-        return integration, first
+        last = _RUN_LAST.index(name) if integration and name in _RUN_LAST else -1
+        return integration, first, last
 
     items.sort(key=rank)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Spawn the servers that :data:`_SPAWN_AHEAD` plans for the module this test is in, when
-    later tests that were collected use them (again for each test: spawning twice is a no-op)."""
-    planned = _SPAWN_AHEAD.get(item.path.name, ()) if "integration_tests" in item.path.parts else ()
+    later tests that were collected use them, and queue the background jobs that
+    :data:`_QUEUE_AHEAD` names for it and those of its own fixtures (again for each test:
+    spawning or queueing twice is a no-op)."""
+    if "integration_tests" not in item.path.parts:
+        return
+    for fixture, (file, jobs) in _planned.items():
+        if file == item.path.name or fixture in _QUEUE_AHEAD.get(item.path.name, ()):
+            for job in jobs:
+                BACKGROUND.queue(job)
+    planned = _SPAWN_AHEAD.get(item.path.name, ())
     if planned:
         used = {name for other in item.session.items for name in getattr(other, "fixturenames", ())}
         for name in planned:
@@ -128,12 +185,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for name in _SPAWN_AT_START:
         if name in used:
             SERVERS[name].spawn()
+    _plan_background(session.items)
 
 
 def pytest_sessionfinish() -> None:
-    """Stop any planned server still up (one spawned for tests that were then not run)."""
+    """Stop any planned server still up (one spawned for tests that were then not run) and any
+    background job still running, and remove the background jobs' files."""
     for planned in SERVERS.values():
         planned.stop()
+    BACKGROUND.stop()
+    for root in _background_root:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def record_seconds(what: str, seconds: float) -> None:

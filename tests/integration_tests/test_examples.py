@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.integration_tests.conftest import BACKGROUND, background_work
+from tests.support.background import Job
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,59 +33,33 @@ def run_example(name: str, *args: str) -> str:
     return done.stdout
 
 
-@dataclass
-class BackgroundExample:
-    process: subprocess.Popen[bytes]
-    work: Path
-    output: Path
+@functools.cache
+def background_jobs() -> dict[str, tuple[Job, ...]]:
+    """The two long examples, each training and starting servers of its own, as background jobs
+    (see the conftest's ``BACKGROUND``); their tests, last here, wait for them and read what they
+    wrote. A middle priority: they send their servers requests under timeouts."""
 
-    def printed(self) -> str:
-        """What the example printed, once it has ended (the hang guard of :func:`run_example`)."""
-        code = self.process.wait(timeout=600)
-        printed = self.output.read_text()
-        assert code == 0, printed[-6000:]
-        return printed
+    def job(name: str) -> Job:
+        argv = example_command(f"{name}.py", "--work", str(background_work(name)))
+        return Job(name, argv, niceness=10, starts_servers=True)
 
-
-def in_background(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, script: str, test: str
-) -> Iterator[BackgroundExample | None]:
-    """``script`` started as this module starts, when ``test`` (which waits for it) was
-    collected; stopped at the module's end if it is still running."""
-    if not any(item.name == test for item in request.session.items):
-        yield None
-        return
-    work = tmp_path_factory.mktemp(script.removesuffix(".py"))
-    output = work / "printed.txt"
-    with output.open("wb") as sink:
-        process = subprocess.Popen(
-            example_command(script, "--work", str(work)), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
-        )
-    try:
-        yield BackgroundExample(process, work, output)
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=120)
+    return {name: (job(name),) for name in ("accuracy_loop", "review_loop")}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def accuracy_loop(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BackgroundExample | None]:
-    """The accuracy loop example, started in the background: it trains and starts a server of
-    its own, which keeps one core busy while the other examples run on the other. Its test,
-    last in the module, waits for it and reads what it wrote."""
-    yield from in_background(request, tmp_path_factory, "accuracy_loop.py", "test_accuracy_loop_example")
+def finished_example(name: str) -> tuple[str, Path]:
+    """What the background example ``name`` printed, once it has ended, and its work folder."""
+    (job,) = background_jobs()[name]
+    return BACKGROUND.result(job).read_text(), background_work(name)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def review_loop(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BackgroundExample | None]:
-    """The review loop example, started in the background as :func:`accuracy_loop` is (it trains
-    twice and starts two servers of its own, one after the other); its test waits for it."""
-    yield from in_background(request, tmp_path_factory, "review_loop.py", "test_review_loop_example")
+@pytest.fixture(scope="module")
+def accuracy_loop() -> tuple[str, Path]:
+    return finished_example("accuracy_loop")
+
+
+@pytest.fixture(scope="module")
+def review_loop() -> tuple[str, Path]:
+    return finished_example("review_loop")
 
 
 @pytest.mark.parametrize(
@@ -144,25 +120,23 @@ def test_classify_file_example_over_client_processes(server_url: str, news_texts
     assert rows[5]["label"] is None and "InvalidInputError" in rows[5]["error"]
 
 
-def test_accuracy_loop_example(accuracy_loop: BackgroundExample | None) -> None:
+def test_accuracy_loop_example(accuracy_loop: tuple[str, Path]) -> None:
     """The README's four commands: train, serve, eval --calibrate --save-calibration, load."""
-    assert accuracy_loop is not None
-    printed = accuracy_loop.printed()
+    printed, work = accuracy_loop
     assert "calibrated classifier: temperature" in printed
-    saved = json.loads((accuracy_loop.work / "model" / "classifier.json").read_text())["config"]
-    report = json.loads((accuracy_loop.work / "eval" / "report.json").read_text())
+    saved = json.loads((work / "model" / "classifier.json").read_text())["config"]
+    report = json.loads((work / "eval" / "report.json").read_text())
     assert saved["temperature"] == report["calibration"]["temperature"] != 1.0
     assert report["accuracy"] >= 0.9  # trained on generated headlines, validated on others
 
 
-def test_review_loop_example(review_loop: BackgroundExample | None) -> None:
+def test_review_loop_example(review_loop: tuple[str, Path]) -> None:
     """Train on a few rows, classify a pool with the job, label its review queue, train again:
     held-out accuracy rises."""
-    assert review_loop is not None
-    printed = review_loop.printed()
+    printed, work = review_loop
     found = re.search(r"held-out accuracy: before ([0-9.]+), after ([0-9.]+)", printed)
     assert found, printed[-3000:]
     before, after = map(float, found.groups())
     assert after > before
-    report = json.loads((review_loop.work / "pool-labelled.parquet.report.json").read_text())
+    report = json.loads((work / "pool-labelled.parquet.report.json").read_text())
     assert report["rows"] == 2000 and report["errors"] == 0 and report["review"]["rows"] > 0

@@ -11,8 +11,10 @@ headline's words, and the held-out headlines come from another seed."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,13 @@ from langchain_qwen_fast.calibration import apply_temperature
 from langchain_qwen_fast.cli import main
 from langchain_qwen_fast.serving.launcher import VLLMServer
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news, multi_labelled_news
+from langchain_qwen_fast.testing.tiny_model import build_test_model
 from langchain_qwen_fast.training import TrainOptions, build_news_model, train
 from langchain_qwen_fast.training.data import write_labelled
 from langchain_qwen_fast.training.tasks import load_tokenizer, make_task, score
 from langchain_qwen_fast.training.thresholds import multi_label_scores
-from tests.integration_tests.conftest import ROOT, record_seconds
+from tests.integration_tests.conftest import BACKGROUND, ROOT, TINY_MODEL, background_work, record_seconds
+from tests.support.background import Job
 
 LABELS = list(AG_NEWS_LABELS)
 TOPICS = ["politics", "sport", "money", "science"]  # a second label set, for a second adapter
@@ -53,6 +57,14 @@ MULTI_SFT_PARITY_ITEMS = 100
 #: The multi-label head's server, and the name the multi-label SFT adapter is served under.
 MULTI_HEAD_SERVER = ("trained-multi-head", "trained multi-label head")
 MULTI_ADAPTER = "news-multi"
+#: The LoRA head's epochs and patience: it stops early once an epoch brings no better macro-F1.
+LORA_HEAD_EPOCHS, LORA_HEAD_PATIENCE = 6, 1
+NEWS_MODEL = ROOT / ".models" / "qwen3-tiny-news"
+#: The stand-in's build (cached in NEWS_MODEL), as a command: argv[1] the output, argv[2] the base.
+_BUILD_STAND_IN = (
+    "import sys; from langchain_qwen_fast.training import build_news_model; "
+    "build_news_model(sys.argv[1], sys.argv[2], log=print)"
+)
 
 
 def _held_out() -> list[tuple[str, str]]:
@@ -77,11 +89,59 @@ def _multi_f1(rows: list[list[float]], items: list[tuple[str, tuple[str, ...]]],
     return multi_label_scores([y for _, y in items], rows, LABELS, thresholds)["micro_f1"]
 
 
-def _train_through_cli(data: Path, out: Path, base: Path, *flags: str) -> dict[str, Any]:
-    """``qwen-fast train`` on ``data`` over LABELS, in their order; its training report."""
-    argv = ["train", str(data), "--base-model", str(base), "--out", str(out), "--labels", *LABELS, "--no-progress"]
-    assert main([*argv, *flags]) == 0
-    return json.loads((out / "training.json").read_text())
+def _train_job(name: str, data: Path, base: Path, labels: list[str], flags: str, *after: Job) -> Job:
+    """``qwen-fast train`` on ``data`` into ``work_dir()/name`` with ``flags`` (split at spaces),
+    as a background job."""
+    argv = [sys.executable, "-m", "langchain_qwen_fast.cli", "train", str(data), "--base-model", str(base),
+            "--out", str(work_dir() / name), "--labels", *labels, "--no-progress", *flags.split()]  # fmt: skip
+    return Job(f"train-{name}", argv, after)
+
+
+def work_dir() -> Path:
+    return background_work("training")
+
+
+@functools.cache
+def background_jobs() -> dict[str, tuple[Job, ...]]:
+    """Every model this module trains, as background jobs (see ``BACKGROUND`` in the conftest), by
+    the fixture that waits for them, in the order the tests need them. Their data is written
+    here, once."""
+    work, tiny = work_dir(), build_test_model(TINY_MODEL, "tiny")
+    news = write_labelled(work / "news.csv", labelled_news(HEAD_ITEMS, 0))
+    multi = multi_labelled_news(max(MULTI_HEAD_ITEMS, MULTI_SFT_ITEMS), 0)
+    multi_csv = write_labelled(work / "multi.csv", multi[:MULTI_HEAD_ITEMS])  # labels joined with "|"
+    multi_jsonl = write_labelled(work / "multi.jsonl", multi[:MULTI_SFT_ITEMS])  # label lists
+    stand_in = Job("stand-in", [sys.executable, "-c", _BUILD_STAND_IN, str(NEWS_MODEL), str(tiny)])
+    adapter = "--method sft --export adapter --learning-rate 2e-3 --served-model-name"
+    adapters = []
+    for name, names in (("topics", TOPICS), ("finance", FINANCE)):
+        data = write_labelled(work / f"{name}.csv", _renamed(labelled_news(ADAPTER_ITEMS, 0), names))
+        adapters.append(_train_job(name, data, NEWS_MODEL, names, f"{adapter} {name}", stand_in))
+    lora = f"--method head --lora --learning-rate 3e-3 --epochs {LORA_HEAD_EPOCHS} --patience {LORA_HEAD_PATIENCE}"
+    multi_head = "--method head --multi-label --learning-rate 1e-3 --served-model-name news-multi-head"
+    multi_sft = f"--method sft --export adapter --served-model-name {MULTI_ADAPTER} {' '.join(MULTI_SFT_FLAGS)}"
+    return {
+        "head_model": (_train_job("head", news, tiny, LABELS, "--method head --learning-rate 1e-3"),),
+        "sft_model": (stand_in,),
+        "lora_head": (_train_job("lora-head", news, tiny, LABELS, lora),),
+        "multi_head_model": (_train_job("multi-head", multi_csv, tiny, LABELS, multi_head),),
+        "multi_adapter": (_train_job(MULTI_ADAPTER, multi_jsonl, NEWS_MODEL, LABELS, multi_sft, stand_in),),
+        "head_generate_model": (
+            _train_job("head-generate", news, tiny, LABELS, "--method head --export generate --learning-rate 1e-3"),
+        ),
+        "adapters": tuple(adapters),
+    }
+
+
+def _trained(fixture: str, what: str) -> tuple[Path, dict[str, Any]]:
+    """The model of ``fixture``'s one background training job, once it has finished, and its
+    training report (its time noted as ``what``)."""
+    (job,) = background_jobs()[fixture]
+    BACKGROUND.result(job)
+    out = work_dir() / job.name.removeprefix("train-")
+    report = json.loads((out / "training.json").read_text())
+    record_seconds(f"train {what} (in the background)", report["train_seconds"])
+    return out, report
 
 
 @pytest.fixture(scope="module")
@@ -96,89 +156,66 @@ def multi_held_out() -> list[tuple[str, tuple[str, ...]]]:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("training")
+def work() -> Path:
+    return work_dir()
 
 
 @pytest.fixture(scope="module")
-def head_model(tiny_model: Path, work: Path, servers: OneServerAtATime) -> tuple[Path, dict[str, Any]]:
+def head_model(servers: OneServerAtATime) -> tuple[Path, dict[str, Any]]:
     """A head, trained; its server is spawned right away and boots while the learning tests run."""
-    options = TrainOptions(
-        method="head", base_model=str(tiny_model), out=str(work / "head"), learning_rate=1e-3, progress=False
-    )
-    report = train(labelled_news(HEAD_ITEMS, 0), LABELS, options)
-    record_seconds(f"train head ({HEAD_ITEMS} headlines)", report["train_seconds"])
-    servers.spawn(*HEAD_SERVER, work / "head", served_model_name="news-head")
-    return work / "head", report
+    path, report = _trained("head_model", f"head ({HEAD_ITEMS} headlines)")
+    servers.spawn(*HEAD_SERVER, path, served_model_name="news-head")
+    return path, report
 
 
 @pytest.fixture(scope="module")
-def head_generate_model(tiny_model: Path, work: Path) -> tuple[Path, dict[str, Any]]:
+def head_generate_model() -> tuple[Path, dict[str, Any]]:
     """A head trained on the classifier's prompt, written into a causal LM's output layer."""
-    options = TrainOptions(
-        method="head",
-        base_model=str(tiny_model),
-        out=str(work / "head-generate"),
-        export="generate",
-        learning_rate=1e-3,
-        progress=False,
-    )
-    report = train(labelled_news(HEAD_ITEMS, 0), LABELS, options)
-    record_seconds(f"train head for the generate runner ({HEAD_ITEMS} headlines)", report["train_seconds"])
-    return work / "head-generate", report
+    return _trained("head_generate_model", f"head for the generate runner ({HEAD_ITEMS} headlines)")
+
+
+@pytest.fixture(scope="module")
+def lora_head() -> tuple[Path, dict[str, Any]]:
+    """A head trained with LoRA, merged on export, stopping early."""
+    return _trained("lora_head", f"head with LoRA ({HEAD_ITEMS} headlines)")
 
 
 @pytest.fixture(scope="module")
 def sft_model(tiny_model: Path) -> tuple[Path, dict[str, Any]]:
     """The quickstart's stand-in: the tiny model, SFT-trained on generated headlines, merged."""
-    out = ROOT / ".models" / "qwen3-tiny-news"
-    summary = build_news_model(out, tiny_model)
+    for job in background_jobs()["sft_model"]:
+        BACKGROUND.result(job)
+    summary = build_news_model(NEWS_MODEL, tiny_model)  # built: its saved report
     record_seconds("train sft stand-in (1,200 headlines), cached after the first build", summary["seconds"])
-    return out, summary
+    return NEWS_MODEL, summary
 
 
 @pytest.fixture(scope="module")
-def multi_head_model(tiny_model: Path, work: Path, servers: OneServerAtATime) -> tuple[Path, dict[str, Any]]:
+def multi_head_model(servers: OneServerAtATime) -> tuple[Path, dict[str, Any]]:
     """A multi-label head, trained from a CSV of labels joined with "|" (``--multi-label``);
-    its server is spawned right away and boots while the multi-label SFT adapter trains."""
-    data = write_labelled(work / "multi.csv", multi_labelled_news(MULTI_HEAD_ITEMS, 0))
-    out = work / "multi-head"
-    report = _train_through_cli(data, out, tiny_model, "--method", "head", "--multi-label", "--learning-rate", "1e-3",
-                                "--served-model-name", "news-multi-head")  # fmt: skip
-    record_seconds(f"train multi-label head ({MULTI_HEAD_ITEMS} headlines)", report["train_seconds"])
-    servers.spawn(*MULTI_HEAD_SERVER, out, served_model_name="news-multi-head")
-    return out, report
+    its server is spawned right away and boots while the multi-label SFT adapter's test runs."""
+    path, report = _trained("multi_head_model", f"multi-label head ({MULTI_HEAD_ITEMS} headlines)")
+    servers.spawn(*MULTI_HEAD_SERVER, path, served_model_name="news-multi-head")
+    return path, report
 
 
 @pytest.fixture(scope="module")
-def multi_adapter(sft_model: tuple[Path, dict[str, Any]], work: Path) -> tuple[Path, dict[str, Any]]:
+def multi_adapter(sft_model: tuple[Path, dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
     """A multi-label SFT adapter on the stand-in, trained from JSONL label lists (detected),
     served on the LoRA server beside the other adapters."""
-    data = write_labelled(work / "multi.jsonl", multi_labelled_news(MULTI_SFT_ITEMS, 0))
-    out = work / MULTI_ADAPTER
-    report = _train_through_cli(data, out, sft_model[0], "--method", "sft", "--export", "adapter",
-                                "--served-model-name", MULTI_ADAPTER, *MULTI_SFT_FLAGS)  # fmt: skip
-    record_seconds(f"train multi-label sft adapter ({MULTI_SFT_ITEMS} headlines)", report["train_seconds"])
-    return out, report
+    return _trained("multi_adapter", f"multi-label sft adapter ({MULTI_SFT_ITEMS} headlines)")
 
 
 @pytest.fixture(scope="module")
-def adapters(sft_model: tuple[Path, dict[str, Any]], work: Path) -> dict[str, Path]:
+def adapters(sft_model: tuple[Path, dict[str, Any]]) -> dict[str, Path]:
     """Two LoRA adapters on the stand-in, each for its own label set."""
     made = {}
-    for name, names in (("topics", TOPICS), ("finance", FINANCE)):
-        options = TrainOptions(
-            method="sft",
-            base_model=str(sft_model[0]),
-            out=str(work / name),
-            export="adapter",
-            served_model_name=name,
-            learning_rate=2e-3,
-            progress=False,
-        )
-        report = train(_renamed(labelled_news(ADAPTER_ITEMS, 0), names), names, options)
-        record_seconds(f"train sft adapter {name!r}", report["train_seconds"])
-        made[name] = work / name
+    for job in background_jobs()["adapters"]:
+        BACKGROUND.result(job)
+        name = job.name.removeprefix("train-")
+        report = json.loads((work_dir() / name / "training.json").read_text())
+        record_seconds(f"train sft adapter {name!r} (in the background)", report["train_seconds"])
+        made[name] = work_dir() / name
     return made
 
 
@@ -288,7 +325,9 @@ def test_sft_training_learns_from_chance(
     task = make_task(
         TrainOptions(method="sft", base_model=str(tiny_model), out=str(path)), LABELS, load_tokenizer(str(path))
     )
-    before = _accuracy(score(task, AutoModelForCausalLM.from_pretrained(tiny_model), texts), held_out, LABELS)
+    before = _accuracy(
+        score(task, AutoModelForCausalLM.from_pretrained(tiny_model, dtype="float32"), texts), held_out, LABELS
+    )
     after = _accuracy(score(task, AutoModelForCausalLM.from_pretrained(path), texts), held_out, LABELS)
     assert before < 0.45
     assert after >= 0.95
@@ -298,28 +337,17 @@ def test_sft_training_learns_from_chance(
 
 
 def test_a_lora_head_learns_exports_merged_and_stops_early(
-    tiny_model: Path, work: Path, held_out: list[tuple[str, str]]
+    lora_head: tuple[Path, dict[str, Any]], held_out: list[tuple[str, str]]
 ) -> None:
     from transformers import AutoModelForSequenceClassification
 
-    options = TrainOptions(
-        method="head",
-        base_model=str(tiny_model),
-        out=str(work / "lora-head"),
-        lora=True,
-        learning_rate=3e-3,
-        epochs=6,
-        patience=1,
-        progress=False,
-    )
-    report = train(labelled_news(HEAD_ITEMS, 0), LABELS, options)
-    record_seconds(f"train head with LoRA ({HEAD_ITEMS} headlines)", report["train_seconds"])
+    path, report = lora_head
     history = report["history"]
     # Early stopping: it ran until one epoch brought no better macro-F1 (or the epochs ran out).
-    assert len(history) == min(options.epochs, report["best_epoch"] + options.patience)
-    model = AutoModelForSequenceClassification.from_pretrained(work / "lora-head")  # merged: a plain checkpoint
+    assert len(history) == min(LORA_HEAD_EPOCHS, report["best_epoch"] + LORA_HEAD_PATIENCE)
+    model = AutoModelForSequenceClassification.from_pretrained(path)  # merged: a plain checkpoint
     assert not any("lora" in name for name, _ in model.named_parameters())
-    rows = score(_task("head", work / "lora-head"), model, [t for t, _ in held_out])
+    rows = score(_task("head", path), model, [t for t, _ in held_out])
     assert _accuracy(rows, held_out, LABELS) >= 0.9
 
 
