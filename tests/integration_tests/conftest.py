@@ -107,15 +107,15 @@ _SPAWN_AHEAD = {
 
 #: Work that the integration modules need later, in the background (see
 #: :mod:`tests.support.background`). A module plans its jobs with a function ``background_jobs()``
-#: that maps a fixture's name to the jobs it waits for; the jobs of the fixtures that collected
-#: tests use are queued in the order the modules run, as soon as the tests are collected.
+#: that maps the name of a fixture, or of a test, to the jobs it waits for; the jobs that collected
+#: tests need are queued in the order the modules run, as soon as the tests are collected.
 BACKGROUND = BackgroundJobs(ROOT / "out" / "background", ROOT)
-#: Jobs queued later instead, as the module named starts, by fixture name: the long examples,
-#: which start servers of their own, once the server group's module (the most servers at once)
-#: is over and the training runs are done.
-_QUEUE_AHEAD = {"test_chat_model.py": ("accuracy_loop", "review_loop")}
-_QUEUED_LATER = {fixture for fixtures in _QUEUE_AHEAD.values() for fixture in fixtures}
-_planned: dict[str, tuple[str, tuple[Job, ...]]] = {}  # fixture name -> (its module's file, jobs)
+#: Modules whose jobs are queued later instead, as the module named first starts (and at the
+#: latest as their own starts): the examples, two of which start servers of their own, once the
+#: server group's module (the most servers at once) is over and the training runs are queued.
+_QUEUE_AHEAD = {"test_chat_model.py": ("test_examples.py",)}
+_QUEUED_LATER = {module for modules in _QUEUE_AHEAD.values() for module in modules}
+_planned: dict[str, list[Job]] = {}  # module file name -> the jobs its collected tests need
 _background_root: list[Path] = []
 
 
@@ -129,18 +129,19 @@ def background_work(name: str) -> Path:
 
 
 def _plan_background(items: list[pytest.Item]) -> None:
-    modules: dict[str, tuple[object, set[str]]] = {}  # file name -> (module, fixtures its tests use)
+    modules: dict[str, tuple[object, set[str]]] = {}  # file name -> (module, what its tests use)
     for item in items:
         if "integration_tests" in item.path.parts and isinstance(item, pytest.Function):
-            modules.setdefault(item.path.name, (item.module, set()))[1].update(item.fixturenames)
+            used = modules.setdefault(item.path.name, (item.module, set()))[1]
+            used.update([*item.fixturenames, item.originalname])
     for file, (module, used) in modules.items():
         plan = getattr(module, "background_jobs", None)
-        for fixture, jobs in (plan() if plan else {}).items():
-            if fixture in used:
-                _planned[fixture] = (file, jobs)
-                if fixture not in _QUEUED_LATER:
-                    for job in jobs:
-                        BACKGROUND.queue(job)
+        jobs = [job for name, jobs in (plan() if plan else {}).items() if name in used for job in jobs]
+        if jobs:
+            _planned[file] = jobs
+            if file not in _QUEUED_LATER:
+                for job in jobs:
+                    BACKGROUND.queue(job)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -164,10 +165,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     spawning or queueing twice is a no-op)."""
     if "integration_tests" not in item.path.parts:
         return
-    for fixture, (file, jobs) in _planned.items():
-        if file == item.path.name or fixture in _QUEUE_AHEAD.get(item.path.name, ()):
-            for job in jobs:
-                BACKGROUND.queue(job)
+    for file in (item.path.name, *_QUEUE_AHEAD.get(item.path.name, ())):
+        for job in _planned.get(file, ()):
+            BACKGROUND.queue(job)
     planned = _SPAWN_AHEAD.get(item.path.name, ())
     if planned:
         used = {name for other in item.session.items for name in getattr(other, "fixturenames", ())}

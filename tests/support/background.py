@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 #: The lowest CPU priority: a job with no timeouts (a training run) then runs on idle CPU alone.
 IDLE_NICENESS = 19
 #: Free memory a job that starts servers of its own waits for (a CPU test server takes ~4 GB).
@@ -42,6 +44,8 @@ class Job:
     niceness: int = IDLE_NICENESS
     #: It starts servers of its own: it waits for :data:`SERVER_JOB_MEMORY` to be free first.
     starts_servers: bool = False
+    #: A server's base URL (``.../v1``) the job talks to: it waits for its ``/health`` first.
+    waits_for: str | None = None
 
 
 #: Run as ``python -c _LOWERED NICENESS ARGV...`` in a session of its own: sets the niceness of the
@@ -60,7 +64,7 @@ os.execvp(sys.argv[2], sys.argv[2:])
 """
 
 
-def _available_memory() -> int | None:
+def available_memory() -> int | None:
     """Bytes of memory available for new processes (Linux), or None where it cannot be read."""
     with contextlib.suppress(OSError, ValueError, StopIteration):
         line = next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemAvailable:"))
@@ -74,7 +78,7 @@ class BackgroundJobs:
     def __init__(self, log_dir: Path, cwd: Path, memory_wait: float = 600) -> None:
         self.log_dir = log_dir
         self.cwd = cwd
-        #: Seconds a job that starts servers waits for memory at most (then it runs anyway).
+        #: Seconds a job waits at most for memory or for its server (then it runs anyway).
         self.memory_wait = memory_wait
         self._queue: list[Job] = []
         self._queued: set[str] = set()
@@ -138,10 +142,19 @@ class BackgroundJobs:
                 start_new_session=True,  # its own process group: stop() kills its children too
             )
 
+    def _wait_for_server(self, base_url: str) -> None:
+        health = base_url.removesuffix("/v1") + "/health"
+        deadline = time.monotonic() + self.memory_wait
+        while not self._stopped and time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(health, timeout=5).status_code == 200:
+                    return
+            time.sleep(2)
+
     def _wait_for_memory(self) -> None:
         deadline = time.monotonic() + self.memory_wait
         while not self._stopped and time.monotonic() < deadline:
-            free = _available_memory()
+            free = available_memory()
             if free is None or free >= SERVER_JOB_MEMORY:
                 return
             time.sleep(2)
@@ -156,6 +169,8 @@ class BackgroundJobs:
                 job = self._queue.pop(0)
             if job.starts_servers:
                 self._wait_for_memory()
+            if job.waits_for:
+                self._wait_for_server(job.waits_for)
             with self._wake:
                 if self._stopped:
                     return

@@ -46,6 +46,11 @@ class PlannedServer:
         self.server = VLLMServer(self.model(), profile="cpu", log_path=self.log, **self.settings)
         self.server.spawn()
 
+    def planned_url(self) -> str | None:
+        """The server's base URL as soon as it is spawned (or given), before it answers; None
+        before it is spawned."""
+        return self.given or (self.server.base_url if self.server is not None else None)
+
     def url(self) -> str:
         """The server's base URL (``.../v1``) once it answers ``/health``."""
         given = self.given

@@ -32,7 +32,7 @@ from langchain_qwen_fast.training.data import write_labelled
 from langchain_qwen_fast.training.tasks import load_tokenizer, make_task, score
 from langchain_qwen_fast.training.thresholds import multi_label_scores
 from tests.integration_tests.conftest import BACKGROUND, ROOT, TINY_MODEL, background_work, record_seconds
-from tests.support.background import Job
+from tests.support.background import SERVER_JOB_MEMORY, Job, available_memory
 
 LABELS = list(AG_NEWS_LABELS)
 TOPICS = ["politics", "sport", "money", "science"]  # a second label set, for a second adapter
@@ -161,10 +161,10 @@ def work() -> Path:
 
 
 @pytest.fixture(scope="module")
-def head_model(servers: OneServerAtATime) -> tuple[Path, dict[str, Any]]:
+def head_model(servers: ServersInTurn) -> tuple[Path, dict[str, Any]]:
     """A head, trained; its server is spawned right away and boots while the learning tests run."""
     path, report = _trained("head_model", f"head ({HEAD_ITEMS} headlines)")
-    servers.spawn(*HEAD_SERVER, path, served_model_name="news-head")
+    servers.spawn(HEAD_SERVER[0], path, served_model_name="news-head")
     return path, report
 
 
@@ -191,12 +191,9 @@ def sft_model(tiny_model: Path) -> tuple[Path, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def multi_head_model(servers: OneServerAtATime) -> tuple[Path, dict[str, Any]]:
-    """A multi-label head, trained from a CSV of labels joined with "|" (``--multi-label``);
-    its server is spawned right away and boots while the multi-label SFT adapter's test runs."""
-    path, report = _trained("multi_head_model", f"multi-label head ({MULTI_HEAD_ITEMS} headlines)")
-    servers.spawn(*MULTI_HEAD_SERVER, path, served_model_name="news-multi-head")
-    return path, report
+def multi_head_model() -> tuple[Path, dict[str, Any]]:
+    """A multi-label head, trained from a CSV of labels joined with "|" (``--multi-label``)."""
+    return _trained("multi_head_model", f"multi-label head ({MULTI_HEAD_ITEMS} headlines)")
 
 
 @pytest.fixture(scope="module")
@@ -219,82 +216,94 @@ def adapters(sft_model: tuple[Path, dict[str, Any]]) -> dict[str, Path]:
     return made
 
 
-class OneServerAtATime:
-    """Starts the server a test asks for and stops the one before: with the shared servers up,
-    three more at once would crowd 2 cores and 24 GiB. Tests using the same server sit together
-    in this file. A server can be spawned ahead (``spawn``), so that the next model trains while
-    it boots."""
+class ServersInTurn:
+    """The module's servers, one for each group of tests (they sit together in this file), in
+    the order the tests need them. Each is spawned ahead (``spawn``), so that it boots while the
+    tests of the one before run; asked for (``url``), it stops those before it. At most two are
+    up at once, and a second only while memory allows: with the shared servers and a background
+    example's up, more would crowd 24 GiB."""
 
     def __init__(self) -> None:
-        self.key: str | None = None
-        self.server: VLLMServer | None = None
-        self.what = ""
-        self.ready = False
+        self.servers: dict[str, VLLMServer] = {}  # by key, in the order spawned
+        self.ready: set[str] = set()
 
-    def spawn(self, key: str, what: str, model: Path, **settings: Any) -> None:
-        if self.key == key and self.server is not None:
+    def spawn(self, key: str, model: Path, **settings: Any) -> None:
+        if key in self.servers:
             return
-        self.close()
         log = ROOT / "out" / f"test-{key}-server.log"
-        self.server = VLLMServer(model, profile="cpu", log_path=log, **settings)
-        self.server.spawn()
-        self.key, self.what, self.ready = key, what, False
+        self.servers[key] = VLLMServer(model, profile="cpu", log_path=log, **settings)
+        self.servers[key].spawn()
+
+    def spawn_ahead(self, key: str, model: Path, **settings: Any) -> None:
+        """Spawn the server the next tests need, if memory allows a second one now."""
+        free = available_memory()
+        if len(self.servers) < 2 and (free is None or free >= SERVER_JOB_MEMORY):
+            self.spawn(key, model, **settings)
 
     def url(self, key: str, what: str, model: Path, **settings: Any) -> str:
-        self.spawn(key, what, model, **settings)
-        assert self.server is not None
-        if not self.ready:
-            self.server.wait_ready()
-            self.ready = True
-            record_seconds(f"vLLM start-up, {what}", self.server.startup_seconds or 0.0)
-        return self.server.base_url
+        self.spawn(key, model, **settings)
+        for earlier in list(self.servers)[: list(self.servers).index(key)]:
+            self.servers.pop(earlier).stop()
+        server = self.servers[key]
+        if key not in self.ready:
+            server.wait_ready()
+            self.ready.add(key)
+            record_seconds(f"vLLM start-up, {what}", server.startup_seconds or 0.0)
+        return server.base_url
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-        self.server, self.key = None, None
+        for server in self.servers.values():
+            server.stop()
+        self.servers.clear()
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[OneServerAtATime]:
-    one = OneServerAtATime()
-    yield one
-    one.close()
+def servers() -> Iterator[ServersInTurn]:
+    in_turn = ServersInTurn()
+    yield in_turn
+    in_turn.close()
+
+
+def _lora_server(request: pytest.FixtureRequest) -> tuple[Path, dict[str, Any]]:
+    """The LoRA server's model and settings: the SFT stand-in as ``qwen3``, both adapters and the
+    multi-label one beside it."""
+    adapters = request.getfixturevalue("adapters")
+    lora = {**adapters, MULTI_ADAPTER: request.getfixturevalue("multi_adapter")[0]}
+    return request.getfixturevalue("sft_model")[0], {"lora": lora}
 
 
 @pytest.fixture
-def head_url(servers: OneServerAtATime, head_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest) -> str:
-    request.getfixturevalue("head_generate_model")  # the next model trains while this server boots
-    return servers.url(*HEAD_SERVER, head_model[0], served_model_name="news-head")
+def head_url(servers: ServersInTurn, head_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest) -> str:
+    url = servers.url(*HEAD_SERVER, head_model[0], served_model_name="news-head")
+    servers.spawn_ahead(MULTI_HEAD_SERVER[0], request.getfixturevalue("multi_head_model")[0],
+                        served_model_name="news-multi-head")  # fmt: skip
+    return url
 
 
 @pytest.fixture
 def multi_head_url(
-    servers: OneServerAtATime, multi_head_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
+    servers: ServersInTurn, multi_head_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
 ) -> str:
-    request.getfixturevalue("multi_adapter")  # the SFT adapter trains while this server boots
-    return servers.url(*MULTI_HEAD_SERVER, multi_head_model[0], served_model_name="news-multi-head")
+    url = servers.url(*MULTI_HEAD_SERVER, multi_head_model[0], served_model_name="news-multi-head")
+    servers.spawn_ahead("head-generate", request.getfixturevalue("head_generate_model")[0])
+    return url
 
 
 @pytest.fixture
 def head_generate_url(
-    servers: OneServerAtATime, head_generate_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
+    servers: ServersInTurn, head_generate_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
 ) -> str:
-    servers.spawn("head-generate", "head for the generate runner", head_generate_model[0])
-    request.getfixturevalue("adapters")  # the adapters train while this server boots
-    return servers.url("head-generate", "head for the generate runner", head_generate_model[0])
+    url = servers.url("head-generate", "head for the generate runner", head_generate_model[0])
+    model, settings = _lora_server(request)
+    servers.spawn_ahead("lora", model, **settings)
+    return url
 
 
 @pytest.fixture
-def lora_url(
-    servers: OneServerAtATime,
-    sft_model: tuple[Path, dict[str, Any]],
-    adapters: dict[str, Path],
-    multi_adapter: tuple[Path, dict[str, Any]],
-) -> str:
+def lora_url(servers: ServersInTurn, request: pytest.FixtureRequest) -> str:
     """The SFT stand-in as ``qwen3``, both adapters and the multi-label one beside it, on one server."""
-    lora = {**adapters, MULTI_ADAPTER: multi_adapter[0]}
-    return servers.url("lora", "SFT model + 3 LoRA adapters", sft_model[0], lora=lora)
+    model, settings = _lora_server(request)
+    return servers.url("lora", "SFT model + 3 LoRA adapters", model, **settings)
 
 
 # -- learning, on CPU --------------------------------------------------------------------------
