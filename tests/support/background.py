@@ -46,6 +46,8 @@ class Job:
     starts_servers: bool = False
     #: A server's base URL (``.../v1``) the job talks to: it waits for its ``/health`` first.
     waits_for: str | None = None
+    #: Seconds it may run before it is killed (a hung job would hold up the rest of the queue).
+    timeout: float = 1800
 
 
 #: Run as ``python -c _LOWERED NICENESS ARGV...`` in a session of its own: sets the niceness of the
@@ -175,7 +177,13 @@ class BackgroundJobs:
                 if self._stopped:
                     return
                 self._running = process = self._spawn(job)
-            code = process.wait()
+            try:
+                code = process.wait(timeout=job.timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
+                code = process.wait()
+                with self.log(job).open("a") as log:
+                    log.write(f"\n[killed after {job.timeout:.0f} s]\n")
             with self._wake:
                 self._codes[job.name] = code
                 self._running = None
