@@ -17,8 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -38,7 +38,6 @@ class Job:
     argv: Sequence[str]
     #: Jobs that must have finished first (queued ahead of this one when it is queued).
     after: tuple[Job, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
     #: Its CPU priority. A job that starts servers and sends them requests under timeouts takes
     #: a higher one than :data:`IDLE_NICENESS`, where a busy foreground could starve it past them.
     niceness: int = IDLE_NICENESS
@@ -138,7 +137,6 @@ class BackgroundJobs:
             return subprocess.Popen(
                 [sys.executable, "-c", _LOWERED, str(job.niceness), *job.argv],
                 cwd=self.cwd,
-                env={**os.environ, **job.env},
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: stop() kills its children too
