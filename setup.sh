@@ -6,6 +6,11 @@
 # parallel where pip works one package at a time; it is the slowest step of a clean set-up
 # (docs/benchmarks.md, "set-up and type checking"). uv reads none of pip's configuration, so the local wheel
 # folders and the version caps that pip's configuration names on this machine are handed to it.
+# Packages are compiled to bytecode as they are installed (uv then compiles the whole of
+# .venv's site-packages): where the environment turns bytecode writing off
+# (PYTHONDONTWRITEBYTECODE), Python would otherwise compile every module it imports, torch's and
+# vLLM's included, at every start of every process, most of a CPU server's start-up
+# (docs/benchmarks.md, "CPU (2 cores), 2026-12-02: bytecode").
 set -euo pipefail
 cd "$(dirname "$0")"
 
