@@ -14,6 +14,9 @@ variable it runs the same Python API server as vLLM's API-server module. Under t
 
 Under the CPU build it also starts the engine core by fork, not spawn (:func:`fork_engine_core`).
 Under the CUDA build it changes nothing.
+
+Where vLLM spawns its engine core (the CUDA build, once CUDA is initialised), the new
+interpreter re-imports the launching module, so the hand-over runs only under ``__main__``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def fork_engine_core(platform: Any) -> None:
 
     vLLM's CPU platform sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` whenever it checks a config,
     so the engine core, a fresh interpreter, imports torch and vLLM again before it loads the
-    model: most of a CPU server's start-up, and on a small machine most of its CPU time too
+    model: a large part of a CPU server's start-up and of its CPU time
     (docs/benchmarks.md, "CPU profile: the engine core forked"). Forked, it starts with what this
     process has imported. Nothing has run a model here, and no GPU is involved, so nothing a fork
     cannot copy is set up yet (the reason vLLM spawns on GPUs once CUDA is initialised). The
