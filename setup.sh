@@ -9,7 +9,7 @@
 # Packages are compiled to bytecode as they are installed (uv then compiles the whole of
 # .venv's site-packages): where the environment turns bytecode writing off
 # (PYTHONDONTWRITEBYTECODE), Python would otherwise compile every module it imports, torch's and
-# vLLM's included, at every start of every process, most of a CPU server's start-up
+# vLLM's included, at every start of every process: about half of a CPU server's start-up
 # (docs/benchmarks.md, "CPU (2 cores), 2026-12-02: bytecode").
 set -euo pipefail
 cd "$(dirname "$0")"
