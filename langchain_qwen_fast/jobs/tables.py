@@ -10,7 +10,8 @@ content could be read kept in its cells, in its place.
   with each bad byte as U+FFFD, and the row is marked.
 * JSONL: one object per line (blank lines are skipped). A line that is not JSON keeps its raw
   text in the text column.
-* Parquet: read a batch at a time (``pyarrow``, the ``jobs`` extra).
+* Parquet: read a batch at a time (``pyarrow``, the ``jobs`` extra); from stdin, copied to a
+  temporary file first, since its footer says where its rows are.
 
 The text of a row is its text column (``text`` unless told otherwise), else its title and
 description joined (``"title. description"``) as ``qwen-fast train`` reads them.
@@ -106,8 +107,6 @@ class TableReader:
             raise DataFileError(f"no such file: {path}")
         if kind == "parquet":
             require_parquet()
-            if path == STDIN:
-                raise ConfigurationError("Parquet cannot be read from stdin (it needs a file it can seek in)")
         self.path = path
         self.kind = kind
         self.text = text
@@ -264,9 +263,23 @@ class TableReader:
 
     # -- Parquet ----------------------------------------------------------------------------
     def _parquet_rows(self) -> Iterator[InputRow]:
+        if self.path != STDIN:
+            yield from self._parquet_file_rows(self.path)
+            return
+        # Parquet's footer, at its end, says where its rows are: stdin is copied to a temporary
+        # file first (disk, not memory), then read a batch at a time like any other file.
+        import shutil
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(prefix="qwen-fast-stdin-", suffix=".parquet") as spool:
+            shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
+            spool.flush()
+            yield from self._parquet_file_rows(spool.name)
+
+    def _parquet_file_rows(self, path: str) -> Iterator[InputRow]:
         import pyarrow.parquet as pq
 
-        table = pq.ParquetFile(self.path)
+        table = pq.ParquetFile(path)
         self.arrow_schema = table.schema_arrow
         self.columns = list(self.arrow_schema.names)
         number = 0

@@ -151,9 +151,22 @@ def test_parquet_keeps_its_types(tmp_path: Path) -> None:
     assert str(schema.field("id").type) == "int64" and str(schema.field("score").type) == "double"
 
 
-def test_parquet_from_stdin_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="Parquet cannot be read from stdin"):
-        TableReader(STDIN, "parquet", TextSource())
+def test_parquet_from_stdin_is_read_through_a_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "in.parquet"
+    texts = [f"headline {i}" for i in range(2500)]  # past one read batch
+    pq.write_table(pa.table({"id": list(range(2500)), "text": texts}), path, row_group_size=1000)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(path.read_bytes())))
+    reader = TableReader(STDIN, "parquet", TextSource())
+    assert reader.count() is None
+    rows = list(reader.rows())
+    assert [r.text for r in rows] == texts and [r.cells["id"] for r in rows] == list(range(2500))
+    assert reader.columns == ["id", "text"] and str(reader.arrow_schema.field("id").type) == "int64"
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
