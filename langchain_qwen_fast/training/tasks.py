@@ -98,6 +98,12 @@ class Task:
         assert self.plan is not None
         return [self.plan.prompt_ids(body, 0) for body in self._bodies(texts)]
 
+    def prepare(self, model: Any, encoded: Sequence[list[int]]) -> None:
+        """Set ``model`` (on its device) up to train on ``encoded``: nothing to do here."""
+
+    def finish(self, model: Any) -> None:
+        """Undo what :meth:`prepare` did to ``model``, before it is exported: nothing here."""
+
     def label_rows(self, targets: Sequence[Any]) -> Any:
         """Multi-label targets (tuples of label indices) as rows of 0/1, one column per label."""
         rows = self.torch.zeros((len(targets), len(self.labels)), dtype=self.torch.float32)
@@ -168,6 +174,8 @@ class SFTTask(Task):
     multi-label, each label's yes/no question, trained to answer ``yes`` or ``no``."""
 
     plan: ClassifierPlan
+    #: full fine-tuning's trained vocabulary rows, where the loss reads fixed answer tokens
+    rows: Any = None
 
     def __init__(
         self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
@@ -182,6 +190,23 @@ class SFTTask(Task):
 
         model: Any = AutoModelForCausalLM.from_pretrained(base_model, dtype=self.torch.float32)
         return self._with_lora(model, "CAUSAL_LM")
+
+    def prepare(self, model: Any, encoded: Sequence[list[int]]) -> None:
+        """Full fine-tuning, where the loss reads fixed answer tokens (one step over the labels'
+        first tokens, or yes and no): train only the vocabulary rows the data can move, the
+        same run step for step (:mod:`~langchain_qwen_fast.training.rows`)."""
+        if self.options.uses_lora or self.plan.scoring == "label_sequences":
+            return
+        from langchain_qwen_fast.training.rows import TouchedRows
+
+        prompts = self._label_prompts(encoded) if self.multi_label else encoded
+        self.rows = TouchedRows(model, {t for p in prompts for t in p}, self.plan.answer_token_ids)
+
+    def finish(self, model: Any) -> None:
+        """Fold the trained rows back into ``model``'s weights."""
+        if self.rows is not None:
+            self.rows.fold()
+            self.rows = None
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's prompt ids, exactly as the classifier sends them (first step); multi-label,
@@ -237,7 +262,8 @@ class SFTTask(Task):
             return lm.lm_head(picked).float()
         rows = torch.tensor(list(tokens), device=self.device)
         bias = None if lm.lm_head.bias is None else lm.lm_head.bias[rows]
-        return torch.nn.functional.linear(picked, lm.lm_head.weight[rows], bias).float()
+        weight = lm.lm_head.weight[rows] if self.rows is None else self.rows.output_rows(rows)
+        return torch.nn.functional.linear(picked, weight, bias).float()
 
     def loss(self, model: Any, encoded: Sequence[list[int]], targets: Sequence[Any]) -> Any:
         """The cross-entropy of what the classifier reads. One step over the labels' first
@@ -273,8 +299,8 @@ class SFTTask(Task):
             return torch.sigmoid(self._yes_minus_no(model, encoded))
         starts = [len(p) for p in encoded]
         if self.plan.scoring == "label_tokens":  # one step scores every label
-            logits = self._answer_logits(model, encoded, starts, 1)
-            return torch.softmax(logits[:, 0, list(self.plan.answer_token_ids)], dim=-1)
+            logits = self._answer_logits(model, encoded, starts, 1, self.plan.answer_token_ids)
+            return torch.softmax(logits[:, 0], dim=-1)
         totals = []
         for index in range(len(self.labels)):
             answer = self.plan.answer_tokens(index)

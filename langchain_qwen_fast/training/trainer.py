@@ -235,6 +235,7 @@ def _start(items: Sequence[LabelledItem], labels: Sequence[str], options: TrainO
     encoded = task.encode([t for t, _ in train_items])
     targets = [index[y] if isinstance(y, str) else tuple(index[x] for x in y) for _, y in train_items]
     model = task.load(options.base_model).to(task.device)
+    task.prepare(model, encoded)
     trainable = [p for p in model.parameters() if p.requires_grad]
     # The schedule follows the epochs, not max_steps: a run stopped early and resumed trains
     # exactly as one that was never stopped.
@@ -300,6 +301,7 @@ def train(
         run.model.load_state_dict(progress.best["state"], strict=False)
     tuned = run.tuned_thresholds()
     report = _report(run, progress, options, labels, finished=not stopped, tuned=tuned)
+    run.task.finish(run.model)
     export(run.task, run.model, options, labels, tuned[0] if tuned else None)
     if not stopped:  # finished: nothing left to resume
         shutil.rmtree(checkpoint.parent, ignore_errors=True)

@@ -3,6 +3,8 @@ head for the generate runner reads), which must be exactly what the classifier s
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX, LabelSet, local_plan
@@ -120,3 +122,49 @@ def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone
     with torch.no_grad():  # far the likeliest token after the first prompt, and no label's
         model.lm_head.weight[other] = 10 * last[0]
     assert task.loss(model, encoded, targets).item() == pytest.approx(loss, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("multi_label", "tied"), [(True, False), (False, True)], ids=["multi-label-untied", "single-label-tied"]
+)
+def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(multi_label: bool, tied: bool) -> None:
+    """Training only the vocabulary rows the data can move (as deltas) gives, step for step,
+    the weights that training every row gives: the other rows' gradients are zero, so AdamW
+    never moves them. Folded back, no delta is left over and the model is a plain causal LM."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from langchain_qwen_fast.training.tasks import SFTTask
+
+    config = Qwen3Config(vocab_size=1_002_000, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=4, tie_word_embeddings=tied,
+                         pad_token_id=1000)  # fmt: skip
+    options = TrainOptions(method="sft", base_model="m", out="o", lora=False)
+    texts = ["Stocks rally", "Cup final tonight", "New chip ships"]
+    targets: list[Any] = [(0, 2), (1,), ()] if multi_label else [2, 1, 0]
+    weights = []
+    for touched in (False, True):
+        torch.manual_seed(0)
+        task = SFTTask(options, ["World", "Sports", "Business"], ToyTokenizer(), torch, multi_label)
+        model = Qwen3ForCausalLM(config)
+        start = model.get_input_embeddings().weight.detach().clone()
+        encoded = task.encode(texts)
+        if touched:
+            task.prepare(model, encoded)
+            assert task.rows is not None
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=1e-2, weight_decay=0.0)
+        for step in range(3):
+            batch = [step % 3, (step + 1) % 3]
+            task.loss(model, [encoded[i] for i in batch], [targets[i] for i in batch]).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        task.finish(model)
+        assert not hasattr(model, "touched_rows") and task.rows is None
+        weights.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    plain, touched_only = weights
+    assert plain.keys() == touched_only.keys()
+    moved = (plain["model.embed_tokens.weight"] != start).any(dim=1)
+    assert 0 < int(moved.sum()) < 100  # the run trained the rows of its few tokens, and only those
+    for name in plain:
+        assert torch.allclose(plain[name], touched_only[name], atol=1e-6), name
