@@ -2,7 +2,8 @@
 
 An SFT loss that reads a fixed set of answer tokens (one step over the labels' first tokens,
 or multi-label's yes and no) sends gradient to the output layer's rows of those tokens alone,
-and the embedding's rows of the tokens the training prompts hold. Every other vocabulary row
+and the embedding's rows of the tokens the training prompts hold; a head's loss, to the
+embedding's rows of the training texts' tokens alone. Every other vocabulary row
 has a zero gradient at every step, and under AdamW without weight decay a row whose gradient
 is always zero never moves. :class:`TouchedRows` trains the rows that can move as deltas over
 the frozen matrices: the same run, step for step, without the optimiser's pass over the
@@ -56,21 +57,23 @@ class _Embedding(nn.Module):
 
 
 class TouchedRows(nn.Module):
-    """The trained rows of a causal LM's embedding and output layer (one set where they are
-    tied, as in Qwen3-0.6B): attached to ``lm`` (as ``lm.touched_rows``, so that its deltas
+    """The trained rows of a model's embedding and, for a causal LM, its output layer (one set
+    where they are tied, as in Qwen3-0.6B): attached to ``lm`` (as ``lm.touched_rows``, so that its deltas
     are among the model's parameters, checkpoints included), folded back by :meth:`fold`."""
 
     def __init__(self, lm: Any, inputs: Iterable[int], outputs: Iterable[int]) -> None:
         super().__init__()
         embedding, head = lm.get_input_embeddings(), lm.get_output_embeddings()
-        self.tied = head.weight is embedding.weight
+        # A sequence-classification model has no output layer over the vocabulary.
+        self.tied = head is not None and head.weight is embedding.weight
         # The padding row gets no gradient from the embedding: it stays frozen here too.
         inputs = {t for t in inputs if t != embedding.padding_idx}
         outputs = set(outputs)
         self.input = _RowDeltas(embedding.weight, inputs | outputs if self.tied else inputs)
-        self.output = self.input if self.tied else _RowDeltas(head.weight, outputs)
+        self.output = self.input if self.tied or head is None else _RowDeltas(head.weight, outputs)
         embedding.weight.requires_grad_(False)
-        head.weight.requires_grad_(False)
+        if head is not None:
+            head.weight.requires_grad_(False)
         self._lm = (lm, embedding)
         lm.set_input_embeddings(_Embedding(self.input))
         lm.add_module("touched_rows", self)
@@ -83,9 +86,10 @@ class TouchedRows(nn.Module):
         """Write the deltas back, and give ``lm`` its own embedding and weights again."""
         lm, embedding = self._lm
         self.input.fold()
-        if not self.tied:
+        if self.output is not self.input:
             self.output.fold()
         lm.set_input_embeddings(embedding)
         del lm.touched_rows
         embedding.weight.requires_grad_(True)
-        lm.get_output_embeddings().weight.requires_grad_(True)
+        if lm.get_output_embeddings() is not None:
+            lm.get_output_embeddings().weight.requires_grad_(True)

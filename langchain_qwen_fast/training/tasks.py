@@ -40,6 +40,8 @@ class Task:
     device: Any = "cpu"
     #: the classifier's prompt plan, where the model reads the classifier's prompt
     plan: ClassifierPlan | None = None
+    #: full fine-tuning's trained vocabulary rows (:meth:`prepare`)
+    rows: Any = None
 
     def __init__(
         self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
@@ -99,10 +101,32 @@ class Task:
         return [self.plan.prompt_ids(body, 0) for body in self._bodies(texts)]
 
     def prepare(self, model: Any, encoded: Sequence[list[int]]) -> None:
-        """Set ``model`` (on its device) up to train on ``encoded``: nothing to do here."""
+        """Set ``model`` (on its device) up to train on ``encoded``. Full fine-tuning, where no
+        loss reads the output layer beyond a fixed set of rows (:meth:`_output_rows`): train
+        only the vocabulary rows the data can move, the same run step for step
+        (:mod:`~langchain_qwen_fast.training.rows`)."""
+        outputs = self._output_rows()
+        if self.options.uses_lora or outputs is None:
+            return
+        from langchain_qwen_fast.training.rows import TouchedRows
+
+        self.rows = TouchedRows(model, {t for p in self._input_sequences(encoded) for t in p}, outputs)
 
     def finish(self, model: Any) -> None:
-        """Undo what :meth:`prepare` did to ``model``, before it is exported: nothing here."""
+        """Undo what :meth:`prepare` did to ``model``, before it is exported: fold the trained
+        rows back into its weights."""
+        if self.rows is not None:
+            self.rows.fold()
+            self.rows = None
+
+    def _output_rows(self) -> Sequence[int] | None:
+        """The output layer's rows the loss reads (None: maybe any): a head has no output layer
+        over the vocabulary."""
+        return ()
+
+    def _input_sequences(self, encoded: Sequence[list[int]]) -> Sequence[Sequence[int]]:
+        """The token ids the model reads when it trains on ``encoded``."""
+        return encoded
 
     def label_rows(self, targets: Sequence[Any]) -> Any:
         """Multi-label targets (tuples of label indices) as rows of 0/1, one column per label."""
@@ -174,8 +198,6 @@ class SFTTask(Task):
     multi-label, each label's yes/no question, trained to answer ``yes`` or ``no``."""
 
     plan: ClassifierPlan
-    #: full fine-tuning's trained vocabulary rows, where the loss reads fixed answer tokens
-    rows: Any = None
 
     def __init__(
         self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
@@ -191,22 +213,14 @@ class SFTTask(Task):
         model: Any = AutoModelForCausalLM.from_pretrained(base_model, dtype=self.torch.float32)
         return self._with_lora(model, "CAUSAL_LM")
 
-    def prepare(self, model: Any, encoded: Sequence[list[int]]) -> None:
-        """Full fine-tuning, where the loss reads fixed answer tokens (one step over the labels'
-        first tokens, or yes and no): train only the vocabulary rows the data can move, the
-        same run step for step (:mod:`~langchain_qwen_fast.training.rows`)."""
-        if self.options.uses_lora or self.plan.scoring == "label_sequences":
-            return
-        from langchain_qwen_fast.training.rows import TouchedRows
+    def _output_rows(self) -> Sequence[int] | None:
+        """The answer tokens, where one step reads fixed ones (the labels' first tokens, or yes
+        and no); labels of several tokens read the whole vocabulary."""
+        return None if self.plan.scoring == "label_sequences" else self.plan.answer_token_ids
 
-        prompts = self._label_prompts(encoded) if self.multi_label else encoded
-        self.rows = TouchedRows(model, {t for p in prompts for t in p}, self.plan.answer_token_ids)
-
-    def finish(self, model: Any) -> None:
-        """Fold the trained rows back into ``model``'s weights."""
-        if self.rows is not None:
-            self.rows.fold()
-            self.rows = None
+    def _input_sequences(self, encoded: Sequence[list[int]]) -> Sequence[Sequence[int]]:
+        """The prompts, multi-label every label's."""
+        return self._label_prompts(encoded) if self.multi_label else encoded
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's prompt ids, exactly as the classifier sends them (first step); multi-label,
@@ -220,11 +234,56 @@ class SFTTask(Task):
     def _yes_minus_no(self, model: Any, bodies: Sequence[list[int]]) -> Any:
         """Multi-label: logit(yes) - logit(no) after each label's question, shaped (texts,
         labels); its sigmoid is P(yes) / (P(yes) + P(no)), what the classifier reads."""
-        prompts = self._label_prompts(bodies)
-        starts = [len(p) for p in prompts]
-        tokens = self.plan.answer_token_ids
-        logits = self._answer_logits(model, prompts, starts, 1, tokens, prefix=self.plan.head_ids)
-        return (logits[:, 0, 0] - logits[:, 0, 1]).reshape(len(bodies), len(self.labels))
+        logits = self._branch_logits(model, bodies, self.plan.answer_token_ids)
+        return logits[:, :, 0] - logits[:, :, 1]
+
+    def _branch_logits(self, model: Any, bodies: Sequence[list[int]], tokens: Sequence[int]) -> Any:
+        """Multi-label: the logits of ``tokens`` after every label's question, shaped (texts,
+        labels, tokens), in one pass per text. A text's label prompts share the head, the body
+        and the questions' common opening, and differ after it: the pass reads the shared part
+        once and each question's rest as a branch that attends to the shared part and to itself
+        alone, at the positions it has in its own prompt. Each label's answer then sees exactly
+        its own prompt, as the server reads it, for about half the tokens of one prompt per label."""
+        torch = self.torch
+        lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        tails = [list(step.tail_ids) for step in self.plan.steps]
+        common = 0  # the questions' common opening, short of every question's last token
+        while common < min(map(len, tails)) - 1 and len({t[common] for t in tails}) == 1:
+            common += 1
+        stems = [[*body, *tails[0][:common]] for body in bodies]
+        branches = [t[common:] for t in tails]
+        cache, shared = self._head_cache(lm, len(stems))
+        width = max(map(len, stems))
+        lengths = torch.tensor([len(s) for s in stems], device=self.device)
+        ids, stem_mask = self._batch(stems)
+        ids = torch.nn.functional.pad(ids, (0, width - ids.shape[1]), value=self.pad_id)
+        flat = torch.tensor([t for b in branches for t in b], dtype=torch.long, device=self.device)
+        ids = torch.cat([ids, flat.expand(len(stems), -1)], 1)
+        owner = torch.tensor([k for k, b in enumerate(branches) for _ in b], device=self.device)
+        step = torch.cat([torch.arange(len(b), device=self.device) for b in branches])
+        positions = torch.cat([torch.arange(width, device=self.device).expand(len(stems), -1),
+                               lengths[:, None] + step], 1) + shared  # fmt: skip
+        # Who attends to whom: every token to the head; a stem token to the stem's tokens up to
+        # itself (a padding one to itself alone); a branch token to the whole stem and to its own
+        # branch up to itself.
+        valid = torch.nn.functional.pad(stem_mask, (0, width - stem_mask.shape[1])).bool()
+        causal = torch.ones((width, width), dtype=torch.bool, device=self.device).tril()
+        eye = torch.eye(width, dtype=torch.bool, device=self.device)
+        own = (owner[:, None] == owner[None, :]) & (step[:, None] >= step[None, :])
+        rows = len(stems), len(flat)
+        stem_rows = torch.cat([(causal & valid[:, None, :]) | eye, torch.zeros((*rows[:1], width, rows[1]),
+                               dtype=torch.bool, device=self.device)], 2)  # fmt: skip
+        branch_rows = torch.cat([valid[:, None, :].expand(-1, rows[1], -1), own.expand(rows[0], -1, -1)], 2)
+        allowed = torch.cat([stem_rows, branch_rows], 1)
+        allowed = torch.cat(
+            [torch.ones((*allowed.shape[:2], shared), dtype=torch.bool, device=self.device), allowed], 2
+        )
+        hidden = lm.model(
+            input_ids=ids, attention_mask=allowed[:, None], position_ids=positions, past_key_values=cache
+        ).last_hidden_state
+        ends = width + torch.tensor([len(b) for b in branches], device=self.device).cumsum(0) - 1
+        picked = hidden[:, ends]  # (texts, labels, hidden): each question's last token
+        return self._output(lm, picked, tokens)
 
     def _answer_logits(
         self,
@@ -233,37 +292,42 @@ class SFTTask(Task):
         starts: Sequence[int],
         width: int,
         tokens: Sequence[int] | None = None,
-        *,
-        prefix: Sequence[int] = (),
     ) -> Any:
         """Logits at ``width`` positions from each ``start - 1``: the positions that predict
         the answer tokens (only those go through the output layer), over the vocabulary or
-        over ``tokens`` alone. ``prefix``: ids that every sequence starts with (the prompt's
-        head), run once and shared: the same attention, once instead of once per sequence."""
+        over ``tokens`` alone. The prompt's head, which every sequence starts with, is run
+        once and shared: the same attention, once instead of once per sequence."""
         torch = self.torch
         lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-        shared = len(prefix)
-        cache = None
-        if shared:
-            assert all(list(s[:shared]) == list(prefix) for s in sequences)
-            head = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
-            cache = lm.model(input_ids=head, use_cache=True).past_key_values
-            cache.batch_repeat_interleave(len(sequences))
+        cache, shared = self._head_cache(lm, len(sequences))
+        assert all(list(s[:shared]) == list(self.plan.head_ids) for s in sequences)
         ids, mask = self._batch([s[shared:] for s in sequences])
-        if shared:
-            mask = torch.cat([torch.ones((len(sequences), shared), dtype=mask.dtype, device=self.device), mask], 1)
+        mask = torch.cat([torch.ones((len(sequences), shared), dtype=mask.dtype, device=self.device), mask], 1)
         hidden = lm.model(input_ids=ids, attention_mask=mask, past_key_values=cache).last_hidden_state
         offsets = torch.arange(width, device=self.device)
         at = (torch.tensor(list(starts), device=self.device)[:, None] - 1 - shared + offsets).clamp(
             max=ids.shape[1] - 1
         )
         picked = hidden.gather(1, at[:, :, None].expand(-1, -1, hidden.shape[-1]))
+        return self._output(lm, picked, tokens)
+
+    def _head_cache(self, lm: Any, batch: int) -> tuple[Any, int]:
+        """The prompt's head run once, its key/value cache repeated for ``batch`` sequences
+        (gradient flows back through it); and the head's length."""
+        head = self.torch.tensor([list(self.plan.head_ids)], dtype=self.torch.long, device=self.device)
+        cache = lm.model(input_ids=head, use_cache=True).past_key_values
+        cache.batch_repeat_interleave(batch)
+        return cache, head.shape[1]
+
+    def _output(self, lm: Any, hidden: Any, tokens: Sequence[int] | None) -> Any:
+        """The output layer on ``hidden``: over the vocabulary, or over ``tokens`` alone (only
+        their rows, with their trained deltas under :class:`~.rows.TouchedRows`)."""
         if tokens is None:
-            return lm.lm_head(picked).float()
-        rows = torch.tensor(list(tokens), device=self.device)
+            return lm.lm_head(hidden).float()
+        rows = self.torch.tensor(list(tokens), device=self.device)
         bias = None if lm.lm_head.bias is None else lm.lm_head.bias[rows]
         weight = lm.lm_head.weight[rows] if self.rows is None else self.rows.output_rows(rows)
-        return torch.nn.functional.linear(picked, weight, bias).float()
+        return self.torch.nn.functional.linear(hidden, weight, bias).float()
 
     def loss(self, model: Any, encoded: Sequence[list[int]], targets: Sequence[Any]) -> Any:
         """The cross-entropy of what the classifier reads. One step over the labels' first

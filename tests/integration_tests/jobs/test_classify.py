@@ -129,7 +129,9 @@ def test_killed_and_started_again_the_job_finishes_with_every_row_once_in_order(
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     folder = work_folder(out)
     deadline = time.monotonic() + 300
-    while len(list(folder.glob("*.csv"))) < 3 and job.poll() is None and time.monotonic() < deadline:
+    # Committed parts only: a part being written has a temporary name (".tmp-…"), which a
+    # pattern of "*" matches too.
+    while len(list(folder.glob("0*.csv"))) < 3 and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert job.poll() is None, "the job ended before it could be killed"
     os.kill(job.pid, signal.SIGKILL)

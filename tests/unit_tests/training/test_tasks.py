@@ -90,63 +90,70 @@ def test_a_multi_label_head_for_the_generate_runner_is_refused() -> None:
 
 def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone() -> None:
     """The classifier renormalises the labels' first-token probabilities, so that is what SFT
-    trains: the loss equals the cross-entropy over those tokens' logits, and a token no label
-    starts with, however likely, takes no part in it."""
-    from types import SimpleNamespace
-
+    trains: the loss equals the cross-entropy over those tokens' logits after each whole prompt
+    (run alone, as the server runs it; the training pass shares the prompts' head), and a token
+    no label starts with, however likely, takes no part in it."""
     import torch
 
     from langchain_qwen_fast.training.tasks import SFTTask
 
-    class ToyLM(torch.nn.Module):
-        """A causal LM's surface: each position's hidden state is its token's embedding."""
-
-        def __init__(self, vocab: int) -> None:
-            super().__init__()
-            self.embed = torch.nn.Embedding(vocab, 4)
-            self.lm_head = torch.nn.Linear(4, vocab, bias=False)
-            self.model = lambda input_ids, **_: SimpleNamespace(last_hidden_state=self.embed(input_ids))
-
-    torch.manual_seed(0)
     task = SFTTask(TrainOptions(method="sft", base_model="m", out="o"), ["World", "Sports", "Business"],
                    ToyTokenizer(), torch)  # fmt: skip
-    model = ToyLM(1_002_000)  # the toy tokenizer's ids lie in [1000, 1001000)
-    encoded = task.encode(["Stocks rally", "Cup final tonight"])
+    model = _toy_qwen3()
+    encoded = task.encode(["Stocks rally", "Cup final tonight in the rain"])
+    assert len({len(e) for e in encoded}) == 2  # one padded
     targets = [2, 1]
     loss = task.loss(model, encoded, targets).item()
     tokens = list(task.plan.answer_token_ids)
-    last = model.embed(torch.tensor([ids[-1] for ids in encoded]))  # what predicts the answer
-    expected = torch.nn.functional.cross_entropy(model.lm_head(last)[:, tokens], torch.tensor(targets))
+    last = torch.stack([model(input_ids=torch.tensor([ids])).logits[0, -1] for ids in encoded])
+    expected = torch.nn.functional.cross_entropy(last[:, tokens], torch.tensor(targets))
     assert loss == pytest.approx(expected.item(), rel=1e-5)
     other = next(i for i in range(1_000, 2_000) if i not in tokens)
     with torch.no_grad():  # far the likeliest token after the first prompt, and no label's
-        model.lm_head.weight[other] = 10 * last[0]
+        model.lm_head.weight[other] += 100 * model.lm_head.weight[last[0].argmax()]
+    assert int(model(input_ids=torch.tensor([encoded[0]])).logits[0, -1].argmax()) == other
     assert task.loss(model, encoded, targets).item() == pytest.approx(loss, rel=1e-6)
 
 
-@pytest.mark.parametrize(
-    ("multi_label", "tied"), [(True, False), (False, True)], ids=["multi-label-untied", "single-label-tied"]
-)
-def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(multi_label: bool, tied: bool) -> None:
-    """Training only the vocabulary rows the data can move (as deltas) gives, step for step,
-    the weights that training every row gives: the other rows' gradients are zero, so AdamW
-    never moves them. Folded back, no delta is left over and the model is a plain causal LM."""
+def _toy_qwen3() -> Any:
+    """A random Qwen3 causal LM small enough for a unit test, over the toy tokenizer's ids."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from langchain_qwen_fast.training.tasks import SFTTask
+    config = Qwen3Config(vocab_size=1_002_000, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=8, pad_token_id=1000,
+                         initializer_range=0.3)  # fmt: skip
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(config)
+
+
+@pytest.mark.parametrize(
+    ("method", "multi_label", "tied"),
+    [("sft", True, False), ("sft", False, True), ("head", False, False), ("head", True, False)],
+    ids=["sft-multi-label-untied", "sft-single-label-tied", "head", "head-multi-label"],
+)
+def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(method: str, multi_label: bool, tied: bool) -> None:
+    """Training only the vocabulary rows the data can move (as deltas) gives, step for step,
+    the weights that training every row gives: the other rows' gradients are zero, so AdamW
+    never moves them. Folded back, no delta is left over and the model is a plain one."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassification
+
+    from langchain_qwen_fast.training.tasks import HeadTask, SFTTask
 
     config = Qwen3Config(vocab_size=1_002_000, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=4, tie_word_embeddings=tied,
-                         pad_token_id=1000)  # fmt: skip
-    options = TrainOptions(method="sft", base_model="m", out="o", lora=False)
+                         pad_token_id=ToyTokenizer().token_to_id("<|endoftext|>"), num_labels=3,
+                         problem_type="multi_label_classification" if multi_label else None)  # fmt: skip
+    options = TrainOptions(method=method, base_model="m", out="o", lora=False)  # type: ignore[arg-type]
     texts = ["Stocks rally", "Cup final tonight", "New chip ships"]
     targets: list[Any] = [(0, 2), (1,), ()] if multi_label else [2, 1, 0]
     weights = []
     for touched in (False, True):
         torch.manual_seed(0)
-        task = SFTTask(options, ["World", "Sports", "Business"], ToyTokenizer(), torch, multi_label)
-        model = Qwen3ForCausalLM(config)
+        task = (SFTTask if method == "sft" else HeadTask)(options, ["World", "Sports", "Business"], ToyTokenizer(),
+                                                          torch, multi_label)  # fmt: skip
+        model = (Qwen3ForCausalLM if method == "sft" else Qwen3ForSequenceClassification)(config)
         start = model.get_input_embeddings().weight.detach().clone()
         encoded = task.encode(texts)
         if touched:
@@ -161,6 +168,7 @@ def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(multi_label:
             optimizer.zero_grad(set_to_none=True)
         task.finish(model)
         assert not hasattr(model, "touched_rows") and task.rows is None
+        assert all(p.requires_grad for p in model.parameters())
         weights.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     plain, touched_only = weights
     assert plain.keys() == touched_only.keys()
@@ -168,3 +176,28 @@ def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(multi_label:
     assert 0 < int(moved.sum()) < 100  # the run trained the rows of its few tokens, and only those
     for name in plain:
         assert torch.allclose(plain[name], touched_only[name], atol=1e-6), name
+
+
+def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prompt() -> None:
+    """One pass per text reads every label's question as a branch after the shared text: each
+    label's yes/no margin, and its gradient, equal those of the label's own whole prompt run
+    alone, as the server runs it."""
+    import torch
+
+    from langchain_qwen_fast.training.tasks import SFTTask
+
+    model = _toy_qwen3()
+    options = TrainOptions(method="sft", base_model="m", out="o", lora=False)
+    task = SFTTask(options, ["World", "Sports", "Business"], ToyTokenizer(), torch, True)
+    bodies = task.encode(["Stocks rally", "Cup final tonight in the rain, again and again", "New chip ships today"])
+    assert len({len(b) for b in bodies}) == 3  # padded stems of different lengths
+    branched = task._yes_minus_no(model, bodies)
+    yes, no = task.plan.answer_token_ids
+    alone = torch.stack([model(input_ids=torch.tensor([p])).logits[0, -1] for p in task._label_prompts(bodies)])
+    expected = (alone[:, yes] - alone[:, no]).reshape(3, 3)
+    assert torch.allclose(branched, expected, atol=1e-5)
+    assert (expected - expected.mean()).abs().max() > 1e-2  # labels and texts tell apart here
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    (branched_grad,) = torch.autograd.grad(branched.sum(), weight)
+    (expected_grad,) = torch.autograd.grad(expected.sum(), weight)
+    assert torch.allclose(branched_grad, expected_grad, atol=1e-5)
