@@ -327,7 +327,7 @@ def _compare(options: CompareOptions, run: RunContext) -> tuple[list[PathResult]
             results += rows
             checks.update(ratios)
         if options.service:
-            rows, ratios = run_service(run, url, model, tokenizer, texts)
+            rows, ratios = run_service(run, [url], model, tokenizer, texts)
             results += rows
             checks.update(ratios)
         if options.compare_quantization:

@@ -68,6 +68,9 @@ class ScaleOptions:
     capabilities_rounds: int = 2
     capabilities_rows: list[str] | None = None  # None: every one of CAPABILITY_ROWS
     scaling_rounds: int = 0
+    #: ``qwen-fast api`` over every server with each of these worker counts, beside vLLM taking
+    #: one request per text, 256 clients sending one text each (empty: not measured)
+    service_workers: tuple[int, ...] = ()
     latency_variants: Path | None = None
     out: Path = Path("out/scale")
     label: str = ""
@@ -79,6 +82,7 @@ class ScaleOptions:
             "sweep_subsets": self.sweep_subsets,
             "client_processes": self.client_processes,
             "capabilities_subsets": self.capabilities_subsets,
+            "service_workers": self.service_workers,
         }
         for name, values in counts.items():
             if any(k < 1 for k in values):
@@ -350,6 +354,25 @@ def _capabilities(
     }
 
 
+def _service(
+    run: RunContext, urls: list[str], options: ScaleOptions, tokenizer: str | None, sampler: GpuSampler | None
+) -> dict[str, Any]:
+    """256 clients sending one text each, to vLLM one request per text and to ``qwen-fast api``
+    over every server (:func:`~langchain_qwen_fast.bench.service.run_service`)."""
+    from langchain_qwen_fast.bench.service import load_processes, run_service
+
+    texts = run.fresh_texts(options.items)
+    rows, checks = run_service(run, urls, options.model_name, tokenizer, texts, workers=options.service_workers)
+    fastest = max(r.rps for r in rows)
+    summaries = []
+    for row in rows:
+        summary = row.summary(fastest)
+        if sampler and row.window[1] > row.window[0]:
+            summary["gpu"] = sampler.window(*row.window)
+        summaries.append(summary)
+    return {"servers": len(urls), "client_processes": load_processes(), "rows": summaries, "checks": checks}
+
+
 def _cpu_profile(options: ScaleOptions, url: str, pid: int, tokenizer: str | None) -> dict[str, Any]:
     """py-spy samples of the server ``pid`` under batches or, asked for, single requests."""
     from langchain_qwen_fast.bench.cpu_profile import profile
@@ -456,6 +479,10 @@ def run_scale(options: ScaleOptions) -> dict[str, Any]:
             report["scaling"] = scaling_rounds(
                 layouts, options.model_name, tokenizer, options.items, options.scaling_rounds, options.mode, sampler
             )
+            save()
+        if options.service_workers:
+            report["service"] = _service(run.for_servers(pids), urls, options, tokenizer, sampler)
+            print(json.dumps(report["service"]), flush=True)
             save()
         for k in options.capabilities_subsets:
             report.setdefault("capabilities", []).append(_capabilities(options, urls, pids, tokenizer, k))

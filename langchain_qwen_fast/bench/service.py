@@ -1,58 +1,100 @@
 """Many concurrent HTTP clients, each sending one text at a time: to ``qwen-fast api`` (the
-micro-batching service, in a process of its own) and straight to vLLM, one request per text
+micro-batching service, in processes of its own) and straight to vLLM, one request per text
 (the published design), beside ``QwenClassifier.abatch`` on the same texts. Rows of
-``qwen-fast bench --service``. The clients share one aiohttp session (``bench`` extra), one
-event loop keeping every client's connection open."""
+``qwen-fast bench --service`` and ``qwen-fast bench-scale --service-workers``. The clients run
+in one or more processes (aiohttp, ``bench`` extra), each an event loop keeping its clients'
+connections open: past a couple of thousand requests a second one such process is the limit."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_qwen_fast.bench.measure import PathResult, RunContext, ready_classifier, timed
 from langchain_qwen_fast.bench.sampling import cores_between, server_cpu_seconds
-from langchain_qwen_fast.errors import ServerStartError
+from langchain_qwen_fast.errors import MeasurementError, ServerStartError
+
+#: A request: the URL and the JSON body.
+Request = tuple[str, dict[str, Any]]
 
 
-def load_test(
-    run: RunContext, name: str, texts: list[str], clients: int, send: Callable[[Any, str], Awaitable[Any]]
-) -> PathResult:
-    """``clients`` concurrent clients, each sending one text at a time until ``texts`` are
-    done, through one aiohttp session; every request's latency is kept, and the cores the
-    run's servers kept busy."""
+def load_processes() -> int:
+    """Client processes for a load test on this host: one per four cores, one to eight."""
+    import os
+
+    return max(1, min(8, (os.cpu_count() or 1) // 4))
+
+
+def _clients(requests: list[Request], clients: int, start_at: float) -> tuple[list[float], int, float, float]:
+    """One client process: ``clients`` concurrent clients through one aiohttp session, each
+    sending one request at a time from ``requests`` from ``start_at`` (a wall-clock time) on.
+    Each request's latency in ms, the count answered other than 200, and the first send's and
+    last answer's wall-clock times."""
     import aiohttp
 
-    async def main() -> list[float]:
+    async def main() -> tuple[list[float], int]:
         latencies: list[float] = []
-        queue = list(reversed(texts))
-        connector = aiohttp.TCPConnector(limit=clients)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        failed = 0
+        queue = list(reversed(requests))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
 
             async def client() -> None:
+                nonlocal failed
                 while queue:
-                    text = queue.pop()
+                    url, body = queue.pop()
                     t0 = time.perf_counter()
-                    await send(session, text)
+                    async with session.post(url, json=body) as response:
+                        await response.read()
+                        failed += response.status != 200
                     latencies.append((time.perf_counter() - t0) * 1000)
 
             await asyncio.gather(*(client() for _ in range(clients)))
-        return latencies
+        return latencies, failed
 
-    before = server_cpu_seconds(run.server_pids)
-    c0, t0 = time.process_time(), time.perf_counter()
-    latencies = asyncio.run(main())
-    t1 = time.perf_counter()
+    time.sleep(max(0.0, start_at - time.time()))
+    began = time.time()
+    latencies, failed = asyncio.run(main())
+    return latencies, failed, began, time.time()
+
+
+def load_test(
+    run: RunContext, name: str, requests: list[Request], clients: int, pids: Sequence[int] = (), processes: int = 1
+) -> PathResult:
+    """``clients`` concurrent clients, each sending one request at a time until ``requests``
+    are done, spread over ``processes`` client processes that start together; every request's
+    latency is kept, and the cores the servers (``pids``) kept busy. A request answered other
+    than 200 fails the row (:class:`MeasurementError`): a rate of errors measures nothing."""
+    before = server_cpu_seconds(pids)
+    c0 = time.process_time()
+    if processes == 1:
+        latencies, failed, t0, t1 = _clients(requests, clients, 0.0)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(processes, mp_context=context) as pool:
+            list(pool.map(time.sleep, [0.0] * processes))  # every process started and importing done
+            start_at = time.time() + 1.0
+            shares = [requests[k::processes] for k in range(processes)]
+            done = list(pool.map(_clients, shares, [max(1, clients // processes)] * processes, [start_at] * processes))
+        latencies = [ms for part in done for ms in part[0]]
+        failed = sum(part[1] for part in done)
+        t0, t1 = min(part[2] for part in done), max(part[3] for part in done)
+    if failed:
+        raise MeasurementError(f"{name}: {failed} of {len(requests)} requests answered other than 200")
+    window = (time.perf_counter() - (time.time() - t0), time.perf_counter() - (time.time() - t1))
     return PathResult(
         name,
         "concurrent clients",
-        len(texts),
+        len(requests),
         t1 - t0,
         time.process_time() - c0,
         latencies,
-        (t0, t1),
-        server_cores=cores_between(before, server_cpu_seconds(run.server_pids), t1 - t0),
+        window,
+        server_cores=cores_between(before, server_cpu_seconds(pids), t1 - t0),
     )
 
 
@@ -73,12 +115,19 @@ def _wait_healthy(url: str, service: Any, timeout: float = 60.0) -> None:
 
 
 def run_service(
-    run: RunContext, base_url: str, model: str, tokenizer: str | None, texts: list[str], clients: int = 256
+    run: RunContext,
+    base_urls: Sequence[str],
+    model: str,
+    tokenizer: str | None,
+    texts: list[str],
+    clients: int = 256,
+    workers: Sequence[int] = (1,),
 ) -> tuple[list[PathResult], dict[str, float]]:
     """``clients`` concurrent HTTP clients each sending one text: straight to vLLM one request
-    per text with the classifier's exact request, and to ``qwen-fast api`` (started here on a
-    free port for the classifier's saved settings); then ``QwenClassifier.abatch`` on the same
-    texts. Returns the rows and the service's rate over vLLM's."""
+    per text with the classifier's exact request (the texts dealt round the servers), and to
+    ``qwen-fast api`` over the same servers with each count of ``workers`` processes (started
+    here on a free port for the classifier's saved settings); then ``QwenClassifier.abatch`` on
+    the same texts. Returns the rows and each service's rate over vLLM's."""
     import subprocess
     import sys
     import tempfile
@@ -86,43 +135,42 @@ def run_service(
     from langchain_qwen_fast._core import vllm_api
     from langchain_qwen_fast.serving import free_port
 
-    classifier = ready_classifier(base_url, model, tokenizer, warm_ups=0)
+    classifier = ready_classifier(list(base_urls), model, tokenizer, warm_ups=0)
     plan = classifier.prepare()
-    completions = base_url.rstrip("/") + "/completions"
-
-    async def to_vllm(session: Any, text: str) -> Any:
-        body = vllm_api.completions_body(plan, model, 0, [plan.render(text)])
-        async with session.post(completions, json=body) as response:
-            return (await response.json())["choices"][0]
-
-    results = [load_test(run, f"{clients} clients -> vLLM, one request per text", texts, clients, to_vllm)]
-    port = free_port()
+    pids = run.server_pids
+    processes = load_processes()
+    straight = [
+        (
+            base_urls[k % len(base_urls)].rstrip("/") + "/completions",
+            vllm_api.completions_body(plan, model, 0, [plan.render(t)]),
+        )
+        for k, t in enumerate(texts)
+    ]
+    servers = f"{len(base_urls)} server{'s' if len(base_urls) > 1 else ''}"
+    results = [load_test(run, f"{clients} clients -> vLLM ({servers}), one request per text", straight, clients, pids,
+                         processes)]  # fmt: skip
+    checks: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as saved:
         classifier.save(saved)
-        command = [sys.executable, "-m", "langchain_qwen_fast.cli", "api", saved, "--port", str(port)]
-        service = subprocess.Popen(command)
-        try:
-            _wait_healthy(f"http://127.0.0.1:{port}/health", service)
-            classify_url = f"http://127.0.0.1:{port}/v1/classify"
-
-            async def to_service(session: Any, text: str) -> Any:
-                async with session.post(classify_url, json={"input": text}) as response:
-                    return (await response.json())["result"]
-
-            name = f"{clients} clients -> qwen-fast api (micro-batched)"
-            results.append(load_test(run, name, texts, clients, to_service))
-        finally:
-            service.terminate()
-            service.wait(10)
+        for count in workers:
+            port = free_port()
+            command = [sys.executable, "-m", "langchain_qwen_fast.cli", "api", saved, "--port", str(port),
+                       "--workers", str(count)]  # fmt: skip
+            service = subprocess.Popen(command)
+            try:
+                _wait_healthy(f"http://127.0.0.1:{port}/health", service)
+                requests = [(f"http://127.0.0.1:{port}/v1/classify", {"input": t}) for t in texts]
+                shown = f"{count} worker{'s' if count > 1 else ''}"
+                name = f"{clients} clients -> qwen-fast api, {shown} ({servers})"
+                results.append(load_test(run, name, requests, clients, pids, processes))
+            finally:
+                service.terminate()
+                service.wait(30)
+            key = f"qwen-fast api, {shown} / vLLM one request per text (req/s)"
+            checks[key] = round(results[-1].rps / results[0].rps, 2)
     results.append(
-        timed(
-            "QwenClassifier.abatch, same texts",
-            len(texts),
-            lambda: asyncio.run(classifier.abatch(texts)),
-            run.server_pids,
-        )
+        timed("QwenClassifier.abatch, same texts", len(texts), lambda: asyncio.run(classifier.abatch(texts)), pids)
     )
-    checks = {"qwen-fast api / vLLM one request per text (req/s)": round(results[1].rps / results[0].rps, 2)}
     return results, checks
 
 

@@ -33,6 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a single text waits for company")
     p.add_argument("--max-group", type=int, default=256, help="most single texts grouped into one call")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving the port, each with its own grouping: more requests a second than one "
+        "process's HTTP and JSON work allows (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,5 +56,6 @@ def run(args: argparse.Namespace) -> int:
         api_key=os.environ.get(args.api_key_env) or None,
         max_wait_ms=args.max_wait_ms,
         max_group=args.max_group,
+        workers=args.workers,
     )
     return 0

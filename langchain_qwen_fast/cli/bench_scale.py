@@ -90,6 +90,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="then the defaults over the smallest and the largest subset in this many interleaved rounds",
     )
     parser.add_argument(
+        "--service-workers",
+        type=whole_numbers,
+        help="also 256 clients sending one text each to qwen-fast api over every server, with each of these "
+        "worker counts (e.g. 1,4), beside vLLM taking one request per text",
+    )
+    parser.add_argument(
         "--latency-variants",
         type=Path,
         metavar="FILE",

@@ -17,6 +17,9 @@
 * ``GET /health``, ``GET /metrics`` (Prometheus: requests, latency, group sizes, errors) and
   OpenAPI docs at ``/docs``. With an API key, ``/v1/classify`` and ``/metrics`` need
   ``Authorization: Bearer <key>``. Binds 127.0.0.1 unless told otherwise.
+* ``workers`` > 1 (``qwen-fast api --workers N``): N processes serve the one port, each with
+  its own classifier and grouping, for more requests a second than one process's HTTP work
+  allows; ``/metrics`` sums them all.
 
 In Python, :func:`serve_api` runs the service in the foreground and :func:`create_app` gives the
 ASGI application. Needs the ``api`` extra (FastAPI, uvicorn, prometheus-client).
@@ -25,6 +28,7 @@ ASGI application. Needs the ``api`` extra (FastAPI, uvicorn, prometheus-client).
 # No ``from __future__ import annotations`` here: FastAPI reads the route functions'
 # annotations at runtime, and they name classes imported inside create_app.
 import hmac
+import os
 import time
 from http import HTTPStatus
 from pathlib import Path
@@ -37,6 +41,7 @@ from langchain_qwen_fast._core.prompting import Scoring
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.classifiers import QwenClassifier
 from langchain_qwen_fast.errors import (
+    ConfigurationError,
     InvalidInputError,
     MissingDependencyError,
     QwenFastError,
@@ -171,6 +176,7 @@ def create_app(
         from fastapi.responses import JSONResponse, Response
         from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+        from prometheus_client.multiprocess import MultiProcessCollector
         from starlette.exceptions import HTTPException as StarletteHTTPException
     except ImportError as exc:
         raise _missing_api_extra(exc) from exc
@@ -182,6 +188,10 @@ def create_app(
     )
     groups = Histogram("qwen_fast_group_size", "Texts per grouped vLLM call", buckets=_GROUP_BUCKETS, registry=registry)
     errors = Counter("qwen_fast_item_errors", "Items answered with an error", ["type"], registry=registry)
+    scraped = registry
+    if os.environ.get(_METRICS_DIR):  # one of several workers: each writes its counts there
+        scraped = CollectorRegistry()
+        MultiProcessCollector(scraped)
     batcher = MicroBatcher(classifier, max_wait=max_wait_ms / 1000, max_group=max_group, on_group=groups.observe)
     one_result, list_results = _answer_models(classifier.label_names)
     keyed = api_key is not None
@@ -247,7 +257,7 @@ def create_app(
     )
     async def metrics() -> Response:
         """Prometheus metrics: requests, latency, group sizes, item errors."""
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(scraped), media_type=CONTENT_TYPE_LATEST)
 
     @app.post(
         "/v1/classify",
@@ -311,6 +321,12 @@ class BackgroundService:
         self._thread.join(10)
 
 
+#: The environment variable that hands :func:`serve_api`'s settings to its worker processes.
+_WORKER_SETTINGS = "QWEN_FAST_API_WORKER_SETTINGS"
+#: prometheus-client's own variable: where worker processes write their metrics to be summed.
+_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
 def serve_api(
     config: str | Path,
     *,
@@ -321,20 +337,58 @@ def serve_api(
     api_key: str | None = None,
     max_wait_ms: float = 2.0,
     max_group: int = 256,
+    workers: int = 1,
 ) -> None:
     """Serve the classifier saved at ``config`` (``QwenClassifier.save``'s file or directory)
     over HTTP in the foreground until interrupted. ``base_url`` and ``model`` override the saved
     server(s) and served model name; with ``api_key``, clients must send it as a bearer token;
-    ``max_wait_ms`` and ``max_group`` are :func:`create_app`'s."""
+    ``max_wait_ms`` and ``max_group`` are :func:`create_app`'s.
+
+    ``workers`` > 1 serves the port from that many processes (uvicorn's workers, one listening
+    socket): each parses, groups and answers its own clients' requests with its own classifier,
+    so the service's HTTP and JSON work is spread over as many cores. ``/metrics`` then sums
+    every worker's counts (prometheus-client's multiprocess mode)."""
+    import json
+
+    if workers < 1:
+        raise ConfigurationError(f"workers must be 1 or more, not {workers}")
     uvicorn = _uvicorn()
     overrides: dict[str, Any] = {}
     if base_url is not None:
         overrides["base_url"] = base_url
     if model is not None:
         overrides["model"] = model
-    classifier = QwenClassifier.load(config, **overrides)
-    app = create_app(classifier, api_key=api_key, max_wait_ms=max_wait_ms, max_group=max_group)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    settings = {"config": str(config), "overrides": overrides, "api_key": api_key,
+                "max_wait_ms": max_wait_ms, "max_group": max_group}  # fmt: skip
+    if workers == 1:
+        uvicorn.run(_app_of(settings), host=host, port=port, log_level="warning")
+        return
+    import tempfile
+
+    QwenClassifier.load(config, **overrides)  # a bad configuration fails here, not in each worker
+    with tempfile.TemporaryDirectory(prefix="qwen-fast-metrics-") as metrics:
+        # The workers are spawned: they read both from the environment they inherit.
+        os.environ[_WORKER_SETTINGS] = json.dumps(settings)
+        os.environ[_METRICS_DIR] = metrics
+        try:
+            uvicorn.run(f"{__name__}:app_from_environment", factory=True, workers=workers, host=host, port=port,
+                        log_level="warning")  # fmt: skip
+        finally:
+            del os.environ[_WORKER_SETTINGS], os.environ[_METRICS_DIR]
+
+
+def app_from_environment() -> Any:
+    """A worker process's application (see :func:`serve_api`): the settings its parent left in
+    the environment."""
+    import json
+
+    return _app_of(json.loads(os.environ[_WORKER_SETTINGS]))
+
+
+def _app_of(settings: dict[str, Any]) -> Any:
+    classifier = QwenClassifier.load(settings["config"], **settings["overrides"])
+    return create_app(classifier, api_key=settings["api_key"], max_wait_ms=settings["max_wait_ms"],
+                      max_group=settings["max_group"])  # fmt: skip
 
 
 def _uvicorn() -> Any:

@@ -67,8 +67,9 @@ class ToyTokenizer:
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
         return [self.Encoding(toy_tokenize(t)) for t in texts]
 
-    #: the same without character offsets, in ``tokenizers``
-    encode_batch_fast = encode_batch
+    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
+        """``encode_batch`` (in ``tokenizers``, the same without character offsets)."""
+        return self.encode_batch(texts, add_special_tokens)
 
     def decode(self, ids: list[int]) -> str:
         return toy_detokenize(ids)

@@ -5,6 +5,9 @@ requests generated from its own OpenAPI document each answered as the document s
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from hypothesis import HealthCheck, settings
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.serving.api import BackgroundService, create_app
+from langchain_qwen_fast.serving.launcher import free_port
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from tests.support.openapi import call_and_check
 from tests.support.proxy import Fault, FaultProxy
@@ -93,6 +97,39 @@ def test_served_from_a_saved_configuration(classifier: QwenClassifier, tmp_path:
     with service_for(loaded) as service, httpx.Client(base_url=service.url) as http:
         answer = http.post("/v1/classify", json={"input": "Shares slide"}).json()["result"]
     assert answer["label"] == classifier.invoke("Shares slide").label
+
+
+def test_worker_processes_share_the_port_and_sum_their_metrics(server_url: str, tmp_path: Path) -> None:
+    """``qwen-fast api --workers 2``: two processes answer on one port, each text as the
+    classifier labels it, and ``/metrics`` counts every request, whichever worker took it."""
+    import psutil
+
+    saved = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url=server_url).save(tmp_path / "news")
+    port = free_port("127.0.0.1")
+    service = subprocess.Popen([sys.executable, "-m", "langchain_qwen_fast.cli", "api", str(saved), "--port",
+                                str(port), "--workers", "2"], stderr=subprocess.PIPE)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert service.poll() is None and time.monotonic() < deadline, service.stderr and service.stderr.read()
+            time.sleep(0.2)
+        texts = headlines(96)
+        answers = asyncio.run(clients(url, texts))
+        metrics = httpx.get(f"{url}/metrics").text
+        workers = [p for p in psutil.Process(service.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+    finally:
+        service.terminate()
+        service.wait(30)
+    expected = QwenClassifier.load(saved).batch(texts)
+    assert [a.json()["result"]["label"] for a in answers] == [r.label for r in expected]
+    assert 'qwen_fast_requests_total{kind="single",status="200"} 96.0' in metrics
+    assert len(workers) == 2
 
 
 SCHEMA_KEY = "sk-api-schema-9"

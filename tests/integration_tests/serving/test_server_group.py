@@ -131,6 +131,23 @@ def test_the_scale_benchmark_measures_the_group(
     assert profile[engine]["samples"] > 0 and profile[engine]["inclusive_pct"]
 
 
+def test_the_service_rows_load_vllm_and_qwen_fast_api_workers_from_client_processes(
+    group: ServerGroup, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bench-scale --service-workers``: clients in two processes, one text a request, straight
+    to the servers and to ``qwen-fast api --workers 2`` over them; every request answered."""
+    from langchain_qwen_fast.bench import service
+    from langchain_qwen_fast.bench.measure import RunContext
+
+    monkeypatch.setattr(service, "load_processes", lambda: 2)
+    run = RunContext(list(group.pids))
+    rows, checks = service.run_service(run, group.base_urls, "qwen3", str(tiny_model), headlines(64), 16, (2,))
+    assert [r.items for r in rows] == [64, 64, 64] and [len(r.latencies_ms) for r in rows[:2]] == [64, 64]
+    assert "2 servers" in rows[0].name and "qwen-fast api, 2 workers" in rows[1].name
+    assert checks["qwen-fast api, 2 workers / vLLM one request per text (req/s)"] > 0
+    assert rows[0].server_cores["api_server"] > 0  # the servers' own processes were measured
+
+
 def test_scaling_rounds_interleave_the_layouts_with_cpu_per_item(group: ServerGroup, tiny_model: Path) -> None:
     from langchain_qwen_fast.bench import scale as bench
 

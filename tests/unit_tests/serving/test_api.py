@@ -112,3 +112,10 @@ def test_without_the_api_extra_the_service_names_it(monkeypatch: pytest.MonkeyPa
             create_app(QwenClassifier(labels=LABELS, base_url="http://vllm.test/v1"))
         else:
             serve_api("no-such-classifier.json")
+
+
+def test_fewer_than_one_worker_is_refused_before_anything_starts() -> None:
+    from langchain_qwen_fast.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="workers must be 1 or more, not 0"):
+        serve_api("no-such-classifier.json", workers=0)
