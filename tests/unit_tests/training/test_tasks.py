@@ -105,13 +105,13 @@ def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone
     targets = [2, 1]
     loss = task.loss(model, encoded, targets).item()
     tokens = list(task.plan.answer_token_ids)
-    last = torch.stack([model(input_ids=torch.tensor([ids])).logits[0, -1] for ids in encoded])
+    last = torch.stack([model(input_ids=torch.tensor([ids]), logits_to_keep=1).logits[0, -1] for ids in encoded])
     expected = torch.nn.functional.cross_entropy(last[:, tokens], torch.tensor(targets))
     assert loss == pytest.approx(expected.item(), rel=1e-5)
     other = next(i for i in range(1_000, 2_000) if i not in tokens)
     with torch.no_grad():  # far the likeliest token after the first prompt, and no label's
         model.lm_head.weight[other] += 100 * model.lm_head.weight[last[0].argmax()]
-    assert int(model(input_ids=torch.tensor([encoded[0]])).logits[0, -1].argmax()) == other
+    assert int(model(input_ids=torch.tensor([encoded[0]]), logits_to_keep=1).logits[0, -1].argmax()) == other
     assert task.loss(model, encoded, targets).item() == pytest.approx(loss, rel=1e-6)
 
 
@@ -193,7 +193,9 @@ def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prom
     assert len({len(b) for b in bodies}) == 3  # padded stems of different lengths
     branched = task._yes_minus_no(model, bodies)
     yes, no = task.plan.answer_token_ids
-    alone = torch.stack([model(input_ids=torch.tensor([p])).logits[0, -1] for p in task._label_prompts(bodies)])
+    alone = torch.stack(
+        [model(input_ids=torch.tensor([p]), logits_to_keep=1).logits[0, -1] for p in task._label_prompts(bodies)]
+    )
     expected = (alone[:, yes] - alone[:, no]).reshape(3, 3)
     assert torch.allclose(branched, expected, atol=1e-5)
     assert (expected - expected.mean()).abs().max() > 1e-2  # labels and texts tell apart here
