@@ -253,10 +253,9 @@ class SFTTask(Task):
         stems = [[*body, *tails[0][:common]] for body in bodies]
         branches = [t[common:] for t in tails]
         cache, shared = self._head_cache(lm, len(stems))
-        width = max(map(len, stems))
         lengths = torch.tensor([len(s) for s in stems], device=self.device)
-        ids, stem_mask = self._batch(stems)
-        ids = torch.nn.functional.pad(ids, (0, width - ids.shape[1]), value=self.pad_id)
+        ids, stem_mask = self._batch(stems)  # right-padded to the longest stem
+        width = ids.shape[1]
         flat = torch.tensor([t for b in branches for t in b], dtype=torch.long, device=self.device)
         ids = torch.cat([ids, flat.expand(len(stems), -1)], 1)
         owner = torch.tensor([k for k, b in enumerate(branches) for _ in b], device=self.device)
@@ -266,14 +265,14 @@ class SFTTask(Task):
         # Who attends to whom: every token to the head; a stem token to the stem's tokens up to
         # itself (a padding one to itself alone); a branch token to the whole stem and to its own
         # branch up to itself.
-        valid = torch.nn.functional.pad(stem_mask, (0, width - stem_mask.shape[1])).bool()
+        valid = stem_mask.bool()
         causal = torch.ones((width, width), dtype=torch.bool, device=self.device).tril()
         eye = torch.eye(width, dtype=torch.bool, device=self.device)
         own = (owner[:, None] == owner[None, :]) & (step[:, None] >= step[None, :])
-        rows = len(stems), len(flat)
-        stem_rows = torch.cat([(causal & valid[:, None, :]) | eye, torch.zeros((*rows[:1], width, rows[1]),
+        texts, branch_tokens = len(stems), len(flat)
+        stem_rows = torch.cat([(causal & valid[:, None, :]) | eye, torch.zeros((texts, width, branch_tokens),
                                dtype=torch.bool, device=self.device)], 2)  # fmt: skip
-        branch_rows = torch.cat([valid[:, None, :].expand(-1, rows[1], -1), own.expand(rows[0], -1, -1)], 2)
+        branch_rows = torch.cat([valid[:, None, :].expand(-1, branch_tokens, -1), own.expand(texts, -1, -1)], 2)
         allowed = torch.cat([stem_rows, branch_rows], 1)
         allowed = torch.cat(
             [torch.ones((*allowed.shape[:2], shared), dtype=torch.bool, device=self.device), allowed], 2
