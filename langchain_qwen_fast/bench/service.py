@@ -3,7 +3,7 @@ micro-batching service, in processes of its own) and straight to vLLM, one reque
 (the published design), beside ``QwenClassifier.abatch`` on the same texts. Rows of
 ``qwen-fast bench --service`` and ``qwen-fast bench-scale --service-workers``. The clients run
 in one or more processes (aiohttp, ``bench`` extra), each an event loop keeping its clients'
-connections open: past a couple of thousand requests a second one such process is the limit."""
+connections open: at high request rates one such process is the limit (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -243,7 +243,7 @@ class SFTTask(Task):
         and the questions' common opening, and differ after it: the pass reads the shared part
         once and each question's rest as a branch that attends to the shared part and to itself
         alone, at the positions it has in its own prompt. Each label's answer then sees exactly
-        its own prompt, as the server reads it, for about half the tokens of one prompt per label."""
+        its own prompt, as the server reads it, and the shared part is run once, not once a label."""
         torch = self.torch
         lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         tails = [list(step.tail_ids) for step in self.plan.steps]
