@@ -284,6 +284,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return sets
 
     @property
+    def replica_count(self) -> int:
+        """The vLLM servers (replicas) this classifier spreads its requests over."""
+        return self._transport.replicas.count
+
+    @property
     def label_names(self) -> list[str]:
         """Every label, top level first for a hierarchy (each level in order)."""
         names: list[str] = []

@@ -71,6 +71,9 @@ class ScaleOptions:
     #: ``qwen-fast api`` over every server with each of these worker counts, beside vLLM taking
     #: one request per text, 256 clients sending one text each (empty: not measured)
     service_workers: tuple[int, ...] = ()
+    #: with ``service_workers``: each of these ``--groups-in-flight`` for every worker count
+    #: (empty: the service's default)
+    service_groups_in_flight: tuple[int, ...] = ()
     latency_variants: Path | None = None
     out: Path = Path("out/scale")
     label: str = ""
@@ -83,6 +86,7 @@ class ScaleOptions:
             "client_processes": self.client_processes,
             "capabilities_subsets": self.capabilities_subsets,
             "service_workers": self.service_workers,
+            "service_groups_in_flight": self.service_groups_in_flight,
         }
         for name, values in counts.items():
             if any(k < 1 for k in values):
@@ -362,7 +366,8 @@ def _service(
     from langchain_qwen_fast.bench.service import load_processes, run_service
 
     texts = run.fresh_texts(options.items)
-    rows, checks = run_service(run, urls, options.model_name, tokenizer, texts, workers=options.service_workers)
+    rows, checks = run_service(run, urls, options.model_name, tokenizer, texts, workers=options.service_workers,
+                               groups_in_flight=options.service_groups_in_flight or (None,))  # fmt: skip
     fastest = max(r.rps for r in rows)
     summaries = []
     for row in rows:

@@ -27,11 +27,11 @@ def load_processes() -> int:
     return max(1, min(8, (os.cpu_count() or 1) // 4))
 
 
-def _clients(requests: list[Request], clients: int, start_at: float) -> tuple[list[float], int, float, float]:
+def _clients(requests: list[Request], clients: int, start_at: float) -> tuple[list[float], int, float, float, float]:
     """One client process: ``clients`` concurrent clients through one aiohttp session, each
     sending one request at a time from ``requests`` from ``start_at`` (a wall-clock time) on.
-    Each request's latency in ms, the count answered other than 200, and the first send's and
-    last answer's wall-clock times."""
+    Each request's latency in ms, the count answered other than 200, the first send's and
+    last answer's wall-clock times, and the CPU seconds the clients took."""
     import aiohttp
 
     async def main() -> tuple[list[float], int]:
@@ -54,22 +54,32 @@ def _clients(requests: list[Request], clients: int, start_at: float) -> tuple[li
         return latencies, failed
 
     time.sleep(max(0.0, start_at - time.time()))
-    began = time.time()
+    began, cpu = time.time(), time.process_time()
     latencies, failed = asyncio.run(main())
-    return latencies, failed, began, time.time()
+    return latencies, failed, began, time.time(), time.process_time() - cpu
 
 
 def load_test(
-    run: RunContext, name: str, requests: list[Request], clients: int, pids: Sequence[int] = (), processes: int = 1
+    run: RunContext,
+    name: str,
+    requests: list[Request],
+    clients: int,
+    pids: Sequence[int] = (),
+    processes: int = 1,
+    service_pid: int | None = None,
 ) -> PathResult:
     """``clients`` concurrent clients, each sending one request at a time until ``requests``
     are done, spread over ``processes`` client processes that start together; every request's
-    latency is kept, and the cores the servers (``pids``) kept busy. A request answered other
-    than 200 fails the row (:class:`MeasurementError`): a rate of errors measures nothing."""
+    latency is kept, the cores the clients took (every client process), the cores the servers
+    (``pids``) kept busy and, with ``service_pid``, the cores of that process and its children
+    (``qwen-fast api`` and its workers). A request answered other than 200 fails the row
+    (:class:`MeasurementError`): a rate of errors measures nothing."""
     before = server_cpu_seconds(pids)
+    service_before = server_cpu_seconds([service_pid] if service_pid else [])
     c0 = time.process_time()
+    client_cpu = 0.0
     if processes == 1:
-        latencies, failed, t0, t1 = _clients(requests, clients, 0.0)
+        latencies, failed, t0, t1, _ = _clients(requests, clients, 0.0)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -83,18 +93,24 @@ def load_test(
         latencies = [ms for part in done for ms in part[0]]
         failed = sum(part[1] for part in done)
         t0, t1 = min(part[2] for part in done), max(part[3] for part in done)
+        client_cpu = sum(part[4] for part in done)
     if failed:
         raise MeasurementError(f"{name}: {failed} of {len(requests)} requests answered other than 200")
     window = (time.perf_counter() - (time.time() - t0), time.perf_counter() - (time.time() - t1))
+    cores = cores_between(before, server_cpu_seconds(pids), t1 - t0)
+    if service_pid:
+        service_after = server_cpu_seconds([service_pid])
+        busy = sum(service_after.values()) - sum(service_before.values())
+        cores["qwen_fast_api"] = round(busy / (t1 - t0), 2)
     return PathResult(
         name,
         "concurrent clients",
         len(requests),
         t1 - t0,
-        time.process_time() - c0,
+        time.process_time() - c0 + client_cpu,
         latencies,
         window,
-        server_cores=cores_between(before, server_cpu_seconds(pids), t1 - t0),
+        server_cores=cores,
     )
 
 
@@ -122,12 +138,14 @@ def run_service(
     texts: list[str],
     clients: int = 256,
     workers: Sequence[int] = (1,),
+    groups_in_flight: Sequence[int | None] = (None,),
 ) -> tuple[list[PathResult], dict[str, float]]:
     """``clients`` concurrent HTTP clients each sending one text: straight to vLLM one request
     per text with the classifier's exact request (the texts dealt round the servers), and to
-    ``qwen-fast api`` over the same servers with each count of ``workers`` processes (started
-    here on a free port for the classifier's saved settings); then ``QwenClassifier.abatch`` on
-    the same texts. Returns the rows and each service's rate over vLLM's."""
+    ``qwen-fast api`` over the same servers with each count of ``workers`` processes and each
+    of ``groups_in_flight`` (None: the service's default), started here on a free port for the
+    classifier's saved settings; then ``QwenClassifier.abatch`` on the same texts. Returns the
+    rows and each service's rate over vLLM's."""
     import subprocess
     import sys
     import tempfile
@@ -153,21 +171,24 @@ def run_service(
     with tempfile.TemporaryDirectory() as saved:
         classifier.save(saved)
         for count in workers:
-            port = free_port()
-            command = [sys.executable, "-m", "langchain_qwen_fast.cli", "api", saved, "--port", str(port),
-                       "--workers", str(count)]  # fmt: skip
-            service = subprocess.Popen(command)
-            try:
-                _wait_healthy(f"http://127.0.0.1:{port}/health", service)
-                requests = [(f"http://127.0.0.1:{port}/v1/classify", {"input": t}) for t in texts]
-                shown = f"{count} worker{'s' if count > 1 else ''}"
-                name = f"{clients} clients -> qwen-fast api, {shown} ({servers})"
-                results.append(load_test(run, name, requests, clients, pids, processes))
-            finally:
-                service.terminate()
-                service.wait(30)
-            key = f"qwen-fast api, {shown} / vLLM one request per text (req/s)"
-            checks[key] = round(results[-1].rps / results[0].rps, 2)
+            for groups in groups_in_flight:
+                port = free_port()
+                command = [sys.executable, "-m", "langchain_qwen_fast.cli", "api", saved, "--port", str(port),
+                           "--workers", str(count)]  # fmt: skip
+                if groups is not None:
+                    command += ["--groups-in-flight", str(groups)]
+                service = subprocess.Popen(command)
+                shown = f"{count} worker{'s' if count > 1 else ''}" + (f", {groups} groups in flight" if groups else "")
+                try:
+                    _wait_healthy(f"http://127.0.0.1:{port}/health", service)
+                    requests = [(f"http://127.0.0.1:{port}/v1/classify", {"input": t}) for t in texts]
+                    name = f"{clients} clients -> qwen-fast api, {shown} ({servers})"
+                    results.append(load_test(run, name, requests, clients, pids, processes, service.pid))
+                finally:
+                    service.terminate()
+                    service.wait(30)
+                key = f"qwen-fast api, {shown} / vLLM one request per text (req/s)"
+                checks[key] = round(results[-1].rps / results[0].rps, 2)
     results.append(
         timed("QwenClassifier.abatch, same texts", len(texts), lambda: asyncio.run(classifier.abatch(texts)), pids)
     )

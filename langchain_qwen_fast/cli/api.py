@@ -14,7 +14,8 @@ Serve a saved classifier over HTTP, for clients in any language:
 
 POST /v1/classify takes {"input": "one text"} or {"input": ["a", "b", ...]} and answers each
 text's labels, probabilities and abstention; a list keeps each bad item's error in its place.
-Single texts that arrive together are classified in one grouped request to vLLM. GET /health,
+Single texts are grouped: while every group slot is busy, arriving texts queue and go together
+as the next group, in one request to vLLM. GET /health,
 GET /metrics (Prometheus) and OpenAPI docs at /docs. With an API key, /v1/classify and /metrics
 need "Authorization: Bearer <key>". Needs the 'api' extra (FastAPI, uvicorn, prometheus-client)."""
 
@@ -31,8 +32,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="QWEN_FAST_API_KEY",
         help="environment variable holding the key clients must send (default: %(default)s; unset: no key)",
     )
-    p.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a single text waits for company")
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=0.0,
+        help="how long a group's first text waits for company (default: %(default)s: it goes at once "
+        "when a group slot is free)",
+    )
     p.add_argument("--max-group", type=int, default=256, help="most single texts grouped into one call")
+    p.add_argument(
+        "--groups-in-flight",
+        type=int,
+        default=None,
+        help="groups sent to vLLM at once; texts arriving while all are busy form the next group "
+        "(default: 2 a vLLM server, shared among the workers, at least 1 each)",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -56,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         api_key=os.environ.get(args.api_key_env) or None,
         max_wait_ms=args.max_wait_ms,
         max_group=args.max_group,
+        groups_in_flight=args.groups_in_flight,
         workers=args.workers,
     )
     return 0

@@ -96,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "worker counts (e.g. 1,4), beside vLLM taking one request per text",
     )
     parser.add_argument(
+        "--service-groups-in-flight",
+        type=whole_numbers,
+        help="with --service-workers: each of these --groups-in-flight for every worker count (e.g. 2,8; "
+        "default: the service's own)",
+    )
+    parser.add_argument(
         "--latency-variants",
         type=Path,
         metavar="FILE",

@@ -11,9 +11,9 @@
   states each constraint the service enforces and each status it answers, so that clients
   generated from it agree with the service; ``tests/unit_tests/serving/test_api_schema.py`` fuzzes
   the service from it.
-* Single-text requests that arrive together (within ``max_wait_ms``, up to ``max_group``) are
-  classified in one grouped request to vLLM: many clients each sending one text get batch
-  throughput.
+* Single-text requests are grouped: at most ``groups_in_flight`` groups go to vLLM at once,
+  and texts that arrive while all are busy go together as the next (up to ``max_group``). Many
+  clients each sending one text get batch throughput; a lone text goes at once.
 * ``GET /health``, ``GET /metrics`` (Prometheus: requests, latency, group sizes, errors) and
   OpenAPI docs at ``/docs``. With an API key, ``/v1/classify`` and ``/metrics`` need
   ``Authorization: Bearer <key>``. Binds 127.0.0.1 unless told otherwise.
@@ -28,8 +28,10 @@ ASGI application. Needs the ``api`` extra (FastAPI, uvicorn, prometheus-client).
 # No ``from __future__ import annotations`` here: FastAPI reads the route functions'
 # annotations at runtime, and they name classes imported inside create_app.
 import hmac
+import json
 import os
 import time
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,7 +51,7 @@ from langchain_qwen_fast.errors import (
     ServerTimeoutError,
 )
 from langchain_qwen_fast.serving.launcher import free_port
-from langchain_qwen_fast.serving.micro_batcher import MicroBatcher
+from langchain_qwen_fast.serving.micro_batcher import MicroBatcher, default_groups_in_flight
 
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -166,10 +168,13 @@ def create_app(
     classifier: QwenClassifier,
     *,
     api_key: str | None = None,
-    max_wait_ms: float = 2.0,
+    max_wait_ms: float = 0.0,
     max_group: int = 256,
+    groups_in_flight: int | None = None,
 ) -> Any:
-    """The FastAPI application serving ``classifier`` (see the module docstring)."""
+    """The FastAPI application serving ``classifier`` (see the module docstring).
+    ``max_wait_ms``, ``max_group`` and ``groups_in_flight`` are :class:`MicroBatcher`'s (the
+    wait in milliseconds)."""
     try:
         from fastapi import Depends, FastAPI, HTTPException, Request
         from fastapi.exceptions import RequestValidationError
@@ -181,6 +186,10 @@ def create_app(
     except ImportError as exc:
         raise _missing_api_extra(exc) from exc
 
+    if groups_in_flight is not None and groups_in_flight < 1:
+        raise ConfigurationError(f"groups_in_flight must be 1 or more, not {groups_in_flight}")
+    if max_group < 1:
+        raise ConfigurationError(f"max_group must be 1 or more, not {max_group}")
     registry = CollectorRegistry()
     requests = Counter("qwen_fast_requests", "HTTP requests to /v1/classify", ["kind", "status"], registry=registry)
     latency = Histogram(
@@ -192,7 +201,8 @@ def create_app(
     if os.environ.get(_METRICS_DIR):  # one of several workers: each writes its counts there
         scraped = CollectorRegistry()
         MultiProcessCollector(scraped)
-    batcher = MicroBatcher(classifier, max_wait=max_wait_ms / 1000, max_group=max_group, on_group=groups.observe)
+    batcher = MicroBatcher(classifier, max_wait=max_wait_ms / 1000, max_group=max_group,
+                           groups_in_flight=groups_in_flight, on_group=groups.observe)  # fmt: skip
     one_result, list_results = _answer_models(classifier.label_names)
     keyed = api_key is not None
     bearer = HTTPBearer(auto_error=False, description="The service's API key, as a bearer token")
@@ -268,7 +278,13 @@ def create_app(
     )
     async def classify(body: ClassifyRequest) -> Any:
         """Classify one text or a list; a list keeps each bad item's error in its place."""
+        answer, status = await respond(body)
+        return JSONResponse(answer, status_code=status)
+
+    async def respond(body: ClassifyRequest) -> tuple[dict[str, Any], int]:
+        """The answer to a valid ``POST /v1/classify`` and its status, counted in the metrics."""
         start = time.perf_counter()
+        answer: dict[str, Any]
         if isinstance(body.input, list):
             kind = "list"
             results = await classifier.abatch(body.input, return_exceptions=True) if body.input else []
@@ -277,21 +293,100 @@ def create_app(
             for result in results:
                 if isinstance(result, BaseException):
                     errors.labels(type(result).__name__).inc()
-            answer: Any = {"results": [result_body(r) for r in results]}
-            status = 200
+            answer, status = {"results": [result_body(r) for r in results]}, 200
         else:
             kind = "single"
             try:
-                answer = {"result": result_body(await batcher.classify(body.input))}
-                status = 200
+                answer, status = {"result": result_body(await batcher.classify(body.input))}, 200
             except Exception as exc:
                 errors.labels(type(exc).__name__).inc()
                 answer, status = error_body(exc), error_status(exc)
         latency.labels(kind).observe(time.perf_counter() - start)
         requests.labels(kind, str(status)).inc()
-        return JSONResponse(answer, status_code=status)
+        return answer, status
 
+    app.add_middleware(ClassifyFastPath, respond=respond, api_key=api_key)
     return app
+
+
+def _json_bytes(content: Any) -> bytes:
+    """JSON as Starlette's ``JSONResponse`` renders it."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
+
+
+class ClassifyFastPath:
+    """ASGI middleware that answers the common ``POST /v1/classify`` itself: a JSON body the
+    schema accepts and, when the service has a key, the right bearer token. It skips FastAPI's
+    routing, dependency and validation layers, most of a small request's CPU in the service
+    (docs/benchmarks.md), and answers what the route would: ``respond`` is the route's own
+    procedure, the body is validated by the route's own model, the JSON rendered as
+    ``JSONResponse`` renders it. Every other request (another path or method, another content
+    type, a missing or wrong key, a body that is not JSON or breaks the schema) goes on to
+    FastAPI, body and all, which answers it as the OpenAPI document says."""
+
+    def __init__(
+        self,
+        app: Any,
+        respond: Callable[[ClassifyRequest], Awaitable[tuple[dict[str, Any], int]]],
+        api_key: str | None,
+    ) -> None:
+        from pydantic import TypeAdapter
+
+        self.app = app
+        self._respond = respond
+        self._bearer = None if api_key is None else f"Bearer {api_key}".encode()
+        self._request = TypeAdapter(ClassifyRequest)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if not self._takes(scope):
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        try:
+            request = self._request.validate_python(json.loads(body))
+        except Exception:  # FastAPI's answer, from the same bytes
+            await self.app(scope, _replaying(body, receive), send)
+            return
+        answer, status = await self._respond(request)
+        payload = _json_bytes(answer)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    def _takes(self, scope: dict[str, Any]) -> bool:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/v1/classify":
+            return False
+        content_type = authorization = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"authorization":
+                authorization = value
+        if content_type is None or content_type.split(b";")[0].strip().lower() != b"application/json":
+            return False
+        return self._bearer is None or (authorization is not None and hmac.compare_digest(authorization, self._bearer))
+
+
+def _replaying(body: bytes, receive: Any) -> Any:
+    """An ASGI ``receive`` that gives ``body`` again, then what ``receive`` gives."""
+    replayed = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal replayed
+        if replayed:
+            return dict(await receive())
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 class BackgroundService:
@@ -335,20 +430,22 @@ def serve_api(
     host: str = "127.0.0.1",
     port: int = 8080,
     api_key: str | None = None,
-    max_wait_ms: float = 2.0,
+    max_wait_ms: float = 0.0,
     max_group: int = 256,
+    groups_in_flight: int | None = None,
     workers: int = 1,
 ) -> None:
     """Serve the classifier saved at ``config`` (``QwenClassifier.save``'s file or directory)
     over HTTP in the foreground until interrupted. ``base_url`` and ``model`` override the saved
     server(s) and served model name; with ``api_key``, clients must send it as a bearer token;
-    ``max_wait_ms`` and ``max_group`` are :func:`create_app`'s.
+    ``max_wait_ms``, ``max_group`` and ``groups_in_flight`` are :func:`create_app`'s.
 
     ``workers`` > 1 serves the port from that many processes (uvicorn's workers, one listening
     socket): each parses, groups and answers its own clients' requests with its own classifier,
-    so the service's HTTP and JSON work is spread over as many cores. ``/metrics`` then sums
+    so the service's HTTP and JSON work is spread over as many cores. By default the workers
+    share one process's groups in flight (at least one each), so that more workers do not
+    make every group smaller. ``/metrics`` then sums
     every worker's counts (prometheus-client's multiprocess mode)."""
-    import json
 
     if workers < 1:
         raise ConfigurationError(f"workers must be 1 or more, not {workers}")
@@ -359,13 +456,15 @@ def serve_api(
     if model is not None:
         overrides["model"] = model
     settings = {"config": str(config), "overrides": overrides, "api_key": api_key,
-                "max_wait_ms": max_wait_ms, "max_group": max_group}  # fmt: skip
+                "max_wait_ms": max_wait_ms, "max_group": max_group, "groups_in_flight": groups_in_flight}  # fmt: skip
     if workers == 1:
         uvicorn.run(_app_of(settings), host=host, port=port, log_level="warning")
         return
     import tempfile
 
-    QwenClassifier.load(config, **overrides)  # a bad configuration fails here, not in each worker
+    loaded = QwenClassifier.load(config, **overrides)  # a bad configuration fails here, not in each worker
+    if groups_in_flight is None:  # each worker's share of what one process would keep in flight
+        settings["groups_in_flight"] = default_groups_in_flight(loaded.replica_count, workers)
     with tempfile.TemporaryDirectory(prefix="qwen-fast-metrics-") as metrics:
         # The workers are spawned: they read both from the environment they inherit.
         os.environ[_WORKER_SETTINGS] = json.dumps(settings)
@@ -380,7 +479,6 @@ def serve_api(
 def app_from_environment() -> Any:
     """A worker process's application (see :func:`serve_api`): the settings its parent left in
     the environment."""
-    import json
 
     return _app_of(json.loads(os.environ[_WORKER_SETTINGS]))
 
@@ -388,7 +486,7 @@ def app_from_environment() -> Any:
 def _app_of(settings: dict[str, Any]) -> Any:
     classifier = QwenClassifier.load(settings["config"], **settings["overrides"])
     return create_app(classifier, api_key=settings["api_key"], max_wait_ms=settings["max_wait_ms"],
-                      max_group=settings["max_group"])  # fmt: skip
+                      max_group=settings["max_group"], groups_in_flight=settings["groups_in_flight"])  # fmt: skip
 
 
 def _uvicorn() -> Any:

@@ -4,6 +4,7 @@ errors, micro-batching, the API key, metrics and the OpenAPI schema."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.errors import MissingDependencyError
-from langchain_qwen_fast.serving.api import create_app, serve_api
+from langchain_qwen_fast.serving.api import ClassifyFastPath, create_app, serve_api
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from tests.support.fake_vllm import FakeVLLM, status
 
@@ -119,3 +120,55 @@ def test_fewer_than_one_worker_is_refused_before_anything_starts() -> None:
 
     with pytest.raises(ConfigurationError, match="workers must be 1 or more, not 0"):
         serve_api("no-such-classifier.json", workers=0)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"input": "Stocks rally"}, {"input": ["Goal!", "", "Shares slide"]}, {"input": "   "}, {"input": []}],
+)
+async def test_the_fast_path_answers_as_the_fastapi_route_does(body: dict[str, Any]) -> None:
+    fake = FakeVLLM()
+    _, client = service(fake, api_key="sk-9")
+    key = {"authorization": "Bearer sk-9"}
+    fast = await client.post("/v1/classify", json=body, headers=key)
+    # +json is JSON to FastAPI but not taken by the fast path: FastAPI's route answers it
+    routed = await client.post(
+        "/v1/classify", content=json.dumps(body), headers={**key, "content-type": "application/vnd.api+json"}
+    )
+    assert (fast.status_code, fast.json()) == (routed.status_code, routed.json())
+    assert fast.headers["content-type"] == routed.headers["content-type"] == "application/json"
+    counts = (await client.get("/metrics", headers=key)).text
+    assert ('kind="invalid",status="422"} 2.0' in counts) == (body == {"input": "   "})
+
+
+async def test_the_fast_path_hands_every_other_request_to_fastapi_with_its_body() -> None:
+    seen: list[tuple[str, str, bytes]] = []
+    answered: list[Any] = []
+
+    async def downstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        message = await receive()
+        seen.append((scope["method"], scope["path"], message.get("body", b"")))
+        await send({"type": "http.response.start", "status": 299, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def respond(request: Any) -> tuple[dict[str, Any], int]:
+        answered.append(request.input)
+        return {"result": "fast"}, 200
+
+    app: Any = ClassifyFastPath(downstream, respond=respond, api_key="sk-1")
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test")
+    key = {"authorization": "Bearer sk-1"}
+    fast = await client.post("/v1/classify", json={"input": "x"}, headers=key)
+    assert fast.status_code == 200 and fast.json() == {"result": "fast"} and answered == ["x"] and seen == []
+    for kwargs in [
+        {"content": b'{"input": ', "headers": {**key, "content-type": "application/json"}},  # not JSON
+        {"json": {"input": ""}, "headers": key},  # breaks the schema
+        {"json": {"input": "x"}, "headers": {"authorization": "Bearer sk-2"}},  # wrong key
+        {"json": {"input": "x"}},  # no key
+        {"content": b'{"input": "x"}', "headers": {**key, "content-type": "text/plain"}},
+    ]:
+        sent = client.build_request("POST", "/v1/classify", **kwargs)  # type: ignore[arg-type]
+        assert (await client.send(sent)).status_code == 299
+        assert seen[-1] == ("POST", "/v1/classify", sent.content)
+    assert (await client.get("/v1/classify")).status_code == 299
+    assert answered == ["x"] and len(seen) == 6

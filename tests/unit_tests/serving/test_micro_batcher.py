@@ -1,0 +1,122 @@
+"""The service's grouping of single texts (pure asyncio, a stand-in classifier whose calls wait
+for the test): group slots, what queues while they are busy, each caller's own answer."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from langchain_qwen_fast.serving.micro_batcher import (
+    GROUPS_IN_FLIGHT_PER_REPLICA,
+    MicroBatcher,
+    default_groups_in_flight,
+)
+
+
+@dataclass
+class Plan:
+    takes_prompt_lists: bool = True
+
+
+@dataclass
+class HeldClassifier:
+    """Each ``abatch`` call is recorded and waits until the test releases it."""
+
+    replica_count: int = 1
+    takes_prompt_lists: bool = True
+    calls: list[tuple[list[str], dict[str, Any]]] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def aprepare(self) -> Plan:
+        return Plan(self.takes_prompt_lists)
+
+    async def abatch(self, values: list[str], config: dict[str, Any], *, return_exceptions: bool) -> list[Any]:
+        assert return_exceptions
+        self.calls.append((values, config))
+        await self.release.wait()
+        return [ValueError(v) if v.startswith("bad") else f"label of {v}" for v in values]
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_texts_arriving_while_every_slot_is_busy_go_together_as_the_next_group() -> None:
+    classifier = HeldClassifier()
+    sizes: list[int] = []
+    batcher = MicroBatcher(classifier, groups_in_flight=1, on_group=sizes.append)  # type: ignore[arg-type]
+    first = asyncio.create_task(batcher.classify("a"))
+    await settle()
+    assert [values for values, _ in classifier.calls] == [["a"]]  # a quiet service: at once, alone
+    rest = [asyncio.create_task(batcher.classify(t)) for t in ["b", "bad c", "d"]]
+    await settle()
+    assert len(classifier.calls) == 1  # the one slot is busy: the three wait
+    classifier.release.set()
+    assert await first == "label of a"
+    done = await asyncio.gather(*rest, return_exceptions=True)
+    assert [values for values, _ in classifier.calls] == [["a"], ["b", "bad c", "d"]]
+    assert sizes == [1, 3]
+    assert done[0] == "label of b" and done[2] == "label of d"
+    assert isinstance(done[1], ValueError) and str(done[1]) == "bad c"
+
+
+async def test_the_default_slots_follow_the_replicas_and_a_group_is_one_request_a_list_server() -> None:
+    classifier = HeldClassifier(replica_count=3)
+    batcher = MicroBatcher(classifier)  # type: ignore[arg-type]
+    tasks = []
+    for k in range(3 * GROUPS_IN_FLIGHT_PER_REPLICA + 5):  # one at a time
+        tasks.append(asyncio.create_task(batcher.classify(f"t{k}")))
+        await settle()
+    assert [len(values) for values, _ in classifier.calls] == [1] * (3 * GROUPS_IN_FLIGHT_PER_REPLICA)
+    classifier.release.set()
+    assert await asyncio.gather(*tasks) == [f"label of t{k}" for k in range(len(tasks))]
+    assert [len(values) for values, _ in classifier.calls] == [1] * (3 * GROUPS_IN_FLIGHT_PER_REPLICA) + [5]
+    assert all(config == {"max_concurrency": 1} for _, config in classifier.calls)
+
+
+@pytest.mark.parametrize(("lists", "group", "requests"), [(True, 300, 3), (False, 300, 300)])
+async def test_a_group_goes_in_requests_of_at_most_128_or_one_a_text(lists: bool, group: int, requests: int) -> None:
+    classifier = HeldClassifier(takes_prompt_lists=lists)
+    classifier.release.set()
+    batcher = MicroBatcher(classifier, groups_in_flight=1, max_group=group)  # type: ignore[arg-type]
+    held = asyncio.create_task(batcher.classify("first"))
+    await held
+    classifier.release.clear()
+    blocker = asyncio.create_task(batcher.classify("blocker"))
+    await settle()
+    tasks = [asyncio.create_task(batcher.classify(f"t{k}")) for k in range(group)]
+    await settle()
+    classifier.release.set()
+    await asyncio.gather(blocker, *tasks)
+    values, config = classifier.calls[-1]
+    assert len(values) == group and config == {"max_concurrency": requests}
+
+
+async def test_max_wait_lets_a_first_text_wait_for_company() -> None:
+    classifier = HeldClassifier()
+    classifier.release.set()
+    batcher = MicroBatcher(classifier, max_wait=0.05, groups_in_flight=4)  # type: ignore[arg-type]
+    first = asyncio.create_task(batcher.classify("a"))
+    await asyncio.sleep(0.01)
+    later = [asyncio.create_task(batcher.classify(t)) for t in ["b", "c"]]
+    await asyncio.gather(first, *later)
+    assert [values for values, _ in classifier.calls] == [["a", "b", "c"]]
+
+
+async def test_a_failed_set_up_reaches_every_caller_of_the_group() -> None:
+    class Down(HeldClassifier):
+        async def aprepare(self) -> Plan:
+            raise ConnectionError("vLLM is down")
+
+    batcher = MicroBatcher(Down(), groups_in_flight=1)  # type: ignore[arg-type]
+    done = await asyncio.gather(*(batcher.classify(t) for t in "xyz"), return_exceptions=True)
+    assert all(isinstance(e, ConnectionError) and "down" in str(e) for e in done)
+
+
+@pytest.mark.parametrize(("replicas", "processes", "each"), [(1, 1, 2), (4, 1, 8), (1, 4, 1), (4, 8, 1), (4, 2, 4)])
+def test_worker_processes_share_the_default_groups_in_flight(replicas: int, processes: int, each: int) -> None:
+    assert default_groups_in_flight(replicas, processes) == each
