@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_qwen_fast._core.procedure import MAX_GROUP
 from langchain_qwen_fast.bench.measure import PathResult, RunContext, ready_classifier, timed
 from langchain_qwen_fast.bench.sampling import cores_between, server_cpu_seconds
 from langchain_qwen_fast.errors import MeasurementError, ServerStartError
@@ -144,8 +145,9 @@ def run_service(
     per text with the classifier's exact request (the texts dealt round the servers), and to
     ``qwen-fast api`` over the same servers with each count of ``workers`` processes and each
     of ``groups_in_flight`` (None: the service's default), started here on a free port for the
-    classifier's saved settings; then ``QwenClassifier.abatch`` on the same texts. Returns the
-    rows and each service's rate over vLLM's."""
+    classifier's saved settings; then ``QwenClassifier.abatch``, at its defaults and with no
+    more prompts in flight than there are clients. Every row has as many texts as ``texts``,
+    new to the servers. Returns the rows and each service's rate over vLLM's."""
     import subprocess
     import sys
     import tempfile
@@ -181,7 +183,8 @@ def run_service(
                 shown = f"{count} worker{'s' if count > 1 else ''}" + (f", {groups} groups in flight" if groups else "")
                 try:
                     _wait_healthy(f"http://127.0.0.1:{port}/health", service)
-                    requests = [(f"http://127.0.0.1:{port}/v1/classify", {"input": t}) for t in texts]
+                    fresh = run.fresh_texts(len(texts))  # none in the servers' prefix caches yet
+                    requests = [(f"http://127.0.0.1:{port}/v1/classify", {"input": t}) for t in fresh]
                     name = f"{clients} clients -> qwen-fast api, {shown} ({servers})"
                     results.append(load_test(run, name, requests, clients, pids, processes, service.pid))
                 finally:
@@ -189,8 +192,19 @@ def run_service(
                     service.wait(30)
                 key = f"qwen-fast api, {shown} / vLLM one request per text (req/s)"
                 checks[key] = round(results[-1].rps / results[0].rps, 2)
+    batch = run.fresh_texts(len(texts))
+    results.append(timed("QwenClassifier.abatch", len(batch), lambda: asyncio.run(classifier.abatch(batch)), pids))
+    # The same texts with no more prompts in flight than the clients have: the most a service
+    # of one process can give them, whatever its grouping.
+    in_flight = {"max_concurrency": max(1, clients // MAX_GROUP)}
+    last = run.fresh_texts(len(texts))
     results.append(
-        timed("QwenClassifier.abatch, same texts", len(texts), lambda: asyncio.run(classifier.abatch(texts)), pids)
+        timed(
+            f"QwenClassifier.abatch, {clients} in flight",
+            len(last),
+            lambda: asyncio.run(classifier.abatch(last, in_flight)),
+            pids,
+        )
     )
     return results, checks
 
