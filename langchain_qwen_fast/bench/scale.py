@@ -69,8 +69,9 @@ class ScaleOptions:
     capabilities_rows: list[str] | None = None  # None: every one of CAPABILITY_ROWS
     scaling_rounds: int = 0
     #: ``qwen-fast api`` over every server with each of these worker counts, beside vLLM taking
-    #: one request per text, 256 clients sending one text each (empty: not measured)
+    #: one request per text, ``service_clients`` clients sending one text each (empty: not measured)
     service_workers: tuple[int, ...] = ()
+    service_clients: int = 256
     #: with ``service_workers``: each of these ``--groups-in-flight`` for every worker count
     #: (empty: the service's default)
     service_groups_in_flight: tuple[int, ...] = ()
@@ -91,8 +92,8 @@ class ScaleOptions:
         for name, values in counts.items():
             if any(k < 1 for k in values):
                 raise ConfigurationError(f"{name}: every count is at least 1, got {list(values)}")
-        if self.items < 1 or self.servers_per_gpu < 1:
-            raise ConfigurationError("items and servers_per_gpu are at least 1")
+        if self.items < 1 or self.servers_per_gpu < 1 or self.service_clients < 1:
+            raise ConfigurationError("items, servers_per_gpu and service_clients are at least 1")
 
 
 def throughput(classifier: Any, texts: list[str], pids: Sequence[int] = ()) -> dict[str, Any]:
@@ -361,13 +362,13 @@ def _capabilities(
 def _service(
     run: RunContext, urls: list[str], options: ScaleOptions, tokenizer: str | None, sampler: GpuSampler | None
 ) -> dict[str, Any]:
-    """256 clients sending one text each, to vLLM one request per text and to ``qwen-fast api``
+    """Clients sending one text each, to vLLM one request per text and to ``qwen-fast api``
     over every server (:func:`~langchain_qwen_fast.bench.service.run_service`)."""
     from langchain_qwen_fast.bench.service import load_processes, run_service
 
     texts = run.fresh_texts(options.items)
-    rows, checks = run_service(run, urls, options.model_name, tokenizer, texts, workers=options.service_workers,
-                               groups_in_flight=options.service_groups_in_flight or (None,))  # fmt: skip
+    rows, checks = run_service(run, urls, options.model_name, tokenizer, texts, options.service_clients,
+                               options.service_workers, options.service_groups_in_flight or (None,))  # fmt: skip
     fastest = max(r.rps for r in rows)
     summaries = []
     for row in rows:

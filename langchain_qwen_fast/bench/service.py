@@ -194,8 +194,8 @@ def run_service(
                 checks[key] = round(results[-1].rps / results[0].rps, 2)
     batch = run.fresh_texts(len(texts))
     results.append(timed("QwenClassifier.abatch", len(batch), lambda: asyncio.run(classifier.abatch(batch)), pids))
-    # The same texts with no more prompts in flight than the clients have: the most a service
-    # of one process can give them, whatever its grouping.
+    # No more prompts in flight than the clients keep: what the servers give at the clients'
+    # depth, whatever a service in front of them groups.
     in_flight = {"max_concurrency": max(1, clients // MAX_GROUP)}
     last = run.fresh_texts(len(texts))
     results.append(

@@ -15,8 +15,8 @@ Serve a saved classifier over HTTP, for clients in any language:
 POST /v1/classify takes {"input": "one text"} or {"input": ["a", "b", ...]} and answers each
 text's labels, probabilities and abstention; a list keeps each bad item's error in its place.
 Single texts are grouped: while every group slot is busy, arriving texts queue and go together
-as the next group, in one request to vLLM. GET /health,
-GET /metrics (Prometheus) and OpenAPI docs at /docs. With an API key, /v1/classify and /metrics
+as the next group, in one request to vLLM. GET /health, GET /metrics (Prometheus) and OpenAPI
+docs at /docs. With an API key, /v1/classify and /metrics
 need "Authorization: Bearer <key>". Needs the 'api' extra (FastAPI, uvicorn, prometheus-client)."""
 
 

@@ -92,8 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--service-workers",
         type=whole_numbers,
-        help="also 256 clients sending one text each to qwen-fast api over every server, with each of these "
+        help="also clients sending one text each to qwen-fast api over every server, with each of these "
         "worker counts (e.g. 1,4), beside vLLM taking one request per text",
+    )
+    parser.add_argument(
+        "--service-clients", type=int, help="with --service-workers: how many clients (default: %(default)s)"
     )
     parser.add_argument(
         "--service-groups-in-flight",

@@ -33,12 +33,11 @@ class MicroBatcher:
     """Groups single texts that arrive together into one ``abatch`` call.
 
     At most ``groups_in_flight`` groups run at once (None: :func:`default_groups_in_flight` of
-    the classifier's replicas). While every slot is
-    busy, texts queue; when one frees, everything queued (up to ``max_group`` texts) goes as
-    the next group. So under load the groups grow with the load, and a text arriving at a
-    quiet service goes at once, alone. ``max_wait`` > 0 also has a group's first text wait up
-    to that many seconds for company before it goes. Each text's future gets its own result or
-    exception.
+    the classifier's replicas). While every slot is busy, texts queue; when one frees,
+    everything queued (up to ``max_group`` texts) goes as the next group. So under load the
+    groups grow with the load, and a text arriving at a quiet service goes at once, alone.
+    ``max_wait`` > 0 also has a group's first text wait up to that many seconds for company
+    before it goes. Each text's future gets its own result or exception.
     """
 
     def __init__(
