@@ -146,8 +146,9 @@ def run_service(
     ``qwen-fast api`` over the same servers with each count of ``workers`` processes and each
     of ``groups_in_flight`` (None: the service's default), started here on a free port for the
     classifier's saved settings; then ``QwenClassifier.abatch``, at its defaults and with no
-    more prompts in flight than there are clients. Every row has as many texts as ``texts``,
-    new to the servers. Returns the rows and each service's rate over vLLM's."""
+    more prompts in flight than there are clients (at least one request of up to 128). Every
+    row has as many texts as ``texts``, new to the servers. Returns the rows and each
+    service's rate over vLLM's."""
     import subprocess
     import sys
     import tempfile
@@ -196,11 +197,12 @@ def run_service(
     results.append(timed("QwenClassifier.abatch", len(batch), lambda: asyncio.run(classifier.abatch(batch)), pids))
     # No more prompts in flight than the clients keep: what the servers give at the clients'
     # depth, whatever a service in front of them groups.
-    in_flight = {"max_concurrency": max(1, clients // MAX_GROUP)}
+    requests_in_flight = max(1, clients // MAX_GROUP)
+    in_flight = {"max_concurrency": requests_in_flight}
     last = run.fresh_texts(len(texts))
     results.append(
         timed(
-            f"QwenClassifier.abatch, {clients} in flight",
+            f"QwenClassifier.abatch, at most {requests_in_flight * MAX_GROUP} prompts in flight",
             len(last),
             lambda: asyncio.run(classifier.abatch(last, in_flight)),
             pids,

@@ -142,8 +142,10 @@ def test_the_service_rows_load_vllm_and_qwen_fast_api_workers_from_client_proces
     monkeypatch.setattr(service, "load_processes", lambda: 2)
     run = RunContext(list(group.pids))
     rows, checks = service.run_service(run, group.base_urls, "qwen3", str(tiny_model), headlines(64), 16, (2,))
-    assert [r.items for r in rows] == [64, 64, 64] and [len(r.latencies_ms) for r in rows[:2]] == [64, 64]
+    assert [r.items for r in rows] == [64, 64, 64, 64] and [len(r.latencies_ms) for r in rows[:2]] == [64, 64]
     assert "2 servers" in rows[0].name and "qwen-fast api, 2 workers" in rows[1].name
+    assert rows[1].server_cores["qwen_fast_api"] > 0  # the service and its workers were measured
+    assert rows[3].name == "QwenClassifier.abatch, at most 128 prompts in flight"
     assert checks["qwen-fast api, 2 workers / vLLM one request per text (req/s)"] > 0
     assert rows[0].server_cores["api_server"] > 0  # the servers' own processes were measured
 

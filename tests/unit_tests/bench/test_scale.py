@@ -34,7 +34,8 @@ def test_every_option_reaches_the_dataclass(tmp_path: Path) -> None:
         "--server-arg=--seed", "--server-arg", "7", "--mps", "--mode", "head", "--client-processes", "2,4",
         "--capabilities-subsets", "1", "--capabilities-items-per-server", "16", "--capabilities-rounds", "1",
         "--capabilities-row", "8 static examples", "--scaling-rounds", "3", "--profile-one-at-a-time",
-        "--latency-variants", str(variants), "--out", str(tmp_path), "--label", "L",
+        "--latency-variants", str(variants), "--out", str(tmp_path), "--label", "L", "--service-workers", "1,4",
+        "--service-clients", "512", "--service-groups-in-flight", "1,2",
     )  # fmt: skip
     assert options == ScaleOptions(
         model="m", gpus="0,1", servers_per_gpu=4, profile="gpu", model_name="q", tokenizer="tok", subsets=(1, 2, 4),
@@ -42,7 +43,8 @@ def test_every_option_reaches_the_dataclass(tmp_path: Path) -> None:
         profile_seconds=3.0, server_args=["--seed", "7"], mps=True, mode="head", client_processes=(2, 4),
         capabilities_subsets=(1,), capabilities_items_per_server=16, capabilities_rounds=1,
         capabilities_rows=["8 static examples"], scaling_rounds=3, profile_one_at_a_time=True,
-        latency_variants=variants, out=tmp_path, label="L",
+        latency_variants=variants, out=tmp_path, label="L", service_workers=(1, 4), service_clients=512,
+        service_groups_in_flight=(1, 2),
     )  # fmt: skip
 
 
@@ -70,6 +72,8 @@ def test_a_list_of_counts_is_checked_by_the_parser(capsys: pytest.CaptureFixture
         ({"subsets": (0, 2)}, "subsets: every count is at least 1"),
         ({"capabilities_rows": ["nine labels"]}, "unknown capability rows"),
         ({"items": 0}, "at least 1"),
+        ({"service_clients": 0}, "service_clients are at least 1"),
+        ({"service_groups_in_flight": (2, 0)}, "service_groups_in_flight: every count is at least 1"),
     ],
 )
 def test_options_that_cannot_work_are_named(settings: dict[str, object], message: str) -> None:
