@@ -57,6 +57,7 @@ class MicroBatcher:
         self._queue: asyncio.Queue[_Waiting] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._takes_prompt_lists: bool | None = None
 
     async def classify(self, value: Any) -> Classification:
         """The classification of one input, grouped with others arriving at the same time."""
@@ -101,8 +102,9 @@ class MicroBatcher:
         try:
             # One request a group (of up to MAX_GROUP prompts) where the server takes prompt
             # lists, as abatch's own requests are at full load; a request a text where not.
-            plan = await self.classifier.aprepare()
-            requests = -(-len(group) // MAX_GROUP) if plan.takes_prompt_lists else len(group)
+            if self._takes_prompt_lists is None:  # learnt once, by the set-up
+                self._takes_prompt_lists = (await self.classifier.aprepare()).takes_prompt_lists
+            requests = -(-len(group) // MAX_GROUP) if self._takes_prompt_lists else len(group)
             values = [value for value, _ in group]
             results = await self.classifier.abatch(values, {"max_concurrency": requests}, return_exceptions=True)
         except Exception as exc:  # the group itself failed: every caller hears why
