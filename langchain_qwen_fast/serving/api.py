@@ -309,18 +309,13 @@ def create_app(
     return app
 
 
-def _json_bytes(content: Any) -> bytes:
-    """JSON as Starlette's ``JSONResponse`` renders it."""
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
-
-
 class ClassifyFastPath:
     """ASGI middleware that answers the common ``POST /v1/classify`` itself: a JSON body the
     schema accepts and, when the service has a key, the right bearer token. It skips FastAPI's
     routing, dependency and validation layers, most of a small request's CPU in the service
     (docs/benchmarks.md), and answers what the route would: ``respond`` is the route's own
-    procedure, the body is validated by the route's own model, the JSON rendered as
-    ``JSONResponse`` renders it. Every other request (another path or method, another content
+    procedure, the body is validated by the route's own model, the answer is the route's
+    ``JSONResponse``. Every other request (another path or method, another content
     type, a missing or wrong key, a body that is not JSON or breaks the schema) goes on to
     FastAPI, body and all, which answers it as the OpenAPI document says."""
 
@@ -331,8 +326,10 @@ class ClassifyFastPath:
         api_key: str | None,
     ) -> None:
         from pydantic import TypeAdapter
+        from starlette.responses import JSONResponse
 
         self.app = app
+        self._answer = JSONResponse
         self._respond = respond
         self._bearer = None if api_key is None else f"Bearer {api_key}".encode()
         self._request = TypeAdapter(ClassifyRequest)
@@ -356,10 +353,7 @@ class ClassifyFastPath:
             await self.app(scope, _replaying(body, receive), send)
             return
         answer, status = await self._respond(request)
-        payload = _json_bytes(answer)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        await self._answer(answer, status_code=status)(scope, receive, send)
 
     def _takes(self, scope: dict[str, Any]) -> bool:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/v1/classify":
