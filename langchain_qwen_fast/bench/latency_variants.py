@@ -62,13 +62,14 @@ def _servers(
         servers[name] = VLLMServer(
             model,
             profile=profile,
+            frontend=variant.get("frontend", "python"),
             served_model_name=model_name,
             extra_args=flags,
             env=env,
             log_path=log_dir / f"latency-{n}.log",
             startup_timeout=float(variant.get("startup_timeout", 600)),
         )
-        report[name] = {"flags": flags, "env": variant.get("env", {})}
+        report[name] = {"flags": flags, "env": variant.get("env", {}), "frontend": servers[name].frontend}
     return servers, report, traced
 
 
@@ -89,7 +90,8 @@ def latency_variants(
     request body; the same without logprobs, to price them) and ``QwenClassifier.invoke``,
     every request with a text new to its server (from ``run.fresh_texts``: nothing of it in
     the prefix cache). Each variant is ``{"flags": [...], "drop": [...], "env": {...}}``
-    (:func:`~langchain_qwen_fast.bench.variants.variant_flags`, from ``base_profile``).
+    (:func:`~langchain_qwen_fast.bench.variants.variant_flags`, from ``base_profile``), served
+    by vLLM's Python API server or, with ``"frontend": "rust"``, its Rust frontend.
     ``"torch_profile": N`` also traces N single requests with vLLM's torch profiler and splits
     its engine steps into CPU and GPU time; ``"startup_timeout"`` (s) gives up on a variant
     sooner. A variant that does not start gets an ``error`` and the others are measured."""
@@ -146,9 +148,12 @@ def latency_variants(
                 if name in ready:
                     url = f"{servers[name].base_url}/completions"
                     send = lambda body, url=url: timed_post(url, body)  # noqa: E731
-                    report[name]["engine_steps"] = traced_steps(
-                        roots[name], send, bodies[name][measured : measured + requests], trace_dir
-                    )
+                    try:
+                        report[name]["engine_steps"] = traced_steps(
+                            roots[name], send, bodies[name][measured : measured + requests], trace_dir
+                        )
+                    except Exception as exc:  # a frontend without the profiler's routes loses its trace only
+                        report[name]["engine_steps_error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
     finally:
         for server in servers.values():
             server.stop()

@@ -197,7 +197,12 @@ def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, 
     from langchain_qwen_fast.bench.latency_variants import latency_variants
     from langchain_qwen_fast.bench.measure import RunContext
 
-    variants = {"cpu profile": {}, "cpu profile, no prefix caching": {"drop": ["--enable-prefix-caching"]}}
+    # The second variant is served by the Rust frontend, which takes one prompt a request: the raw
+    # bodies and the classifier must fit it as they fit the Python API server.
+    variants = {
+        "cpu profile": {},
+        "cpu profile, no prefix caching, Rust frontend": {"drop": ["--enable-prefix-caching"], "frontend": "rust"},
+    }
     run = RunContext()
     report = latency_variants(
         run, str(tiny_model), "qwen3", str(tiny_model), variants, tmp_path, base_profile="cpu", rounds=1, items=1
@@ -206,4 +211,5 @@ def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, 
     for row in report.values():
         assert "error" not in row, row
         assert row["raw_http_p50_ms"] > 0 and row["invoke_p50_ms"] > 0
-    assert "--enable-prefix-caching" not in report["cpu profile, no prefix caching"]["flags"]
+    assert "--enable-prefix-caching" not in report["cpu profile, no prefix caching, Rust frontend"]["flags"]
+    assert [row["frontend"] for row in report.values()] == ["python", "rust"]

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_projects_variant_files_load() -> None:
-    for name in ("gpu_flags.json", "gpu_head_flags.json", "latency_variants.json"):
+    for name in ("gpu_flags.json", "gpu_head_flags.json", "latency_variants.json", "latency_frontends.json"):
         assert load_variants(ROOT / "server" / name)
 
 

@@ -73,7 +73,9 @@ def test_latency_variants_drop_only_flags_the_gpu_profile_has() -> None:
 
     from langchain_qwen_fast.serving import PROFILES
 
-    for name, entry in json.loads((SERVER_DIR / "latency_variants.json").read_text()).items():
-        assert set(entry) <= {"flags", "drop", "env", "torch_profile", "startup_timeout"}, name
-        for flag in entry.get("drop", []):
-            assert flag in PROFILES["gpu"].args, (name, flag)
+    for file in ("latency_variants.json", "latency_frontends.json"):
+        for name, entry in json.loads((SERVER_DIR / file).read_text()).items():
+            assert set(entry) <= {"flags", "drop", "env", "frontend", "torch_profile", "startup_timeout"}, name
+            assert entry.get("frontend", "python") in ("python", "rust"), name
+            for flag in entry.get("drop", []):
+                assert flag in PROFILES["gpu"].args, (name, flag)
