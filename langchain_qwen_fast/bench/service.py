@@ -196,13 +196,15 @@ def run_service(
     batch = run.fresh_texts(len(texts))
     results.append(timed("QwenClassifier.abatch", len(batch), lambda: asyncio.run(classifier.abatch(batch)), pids))
     # No more prompts in flight than the clients keep: what the servers give at the clients'
-    # depth, whatever a service in front of them groups.
-    requests_in_flight = max(1, clients // MAX_GROUP)
+    # depth, whatever a service in front of them groups. A server that takes one prompt a
+    # request gets that many requests.
+    prompts_a_request = MAX_GROUP if plan.takes_prompt_lists else 1
+    requests_in_flight = max(1, clients // prompts_a_request)
     in_flight = {"max_concurrency": requests_in_flight}
     last = run.fresh_texts(len(texts))
     results.append(
         timed(
-            f"QwenClassifier.abatch, at most {requests_in_flight * MAX_GROUP} prompts in flight",
+            f"QwenClassifier.abatch, at most {requests_in_flight * prompts_a_request} prompts in flight",
             len(last),
             lambda: asyncio.run(classifier.abatch(last, in_flight)),
             pids,
