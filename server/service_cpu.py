@@ -27,14 +27,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def serve_canned(port: int) -> None:
-    """The canned vLLM over HTTP on ``port`` until killed."""
+def serve_canned(port: int, takes_prompt_lists: bool = True, tokenizer_json: str | None = None) -> None:
+    """The canned vLLM over HTTP on ``port`` until killed; ``takes_prompt_lists=False`` refuses
+    lists as vLLM's Rust frontend does, and ``tokenizer_json`` (a ``tokenizer.json``) makes its
+    ``/tokenize`` that tokenizer's, so that a client may send token ids made with it."""
     import httpx
     from aiohttp import web
 
+    from tests.support import fake_vllm
     from tests.support.fake_vllm import FakeVLLM
 
-    fake = FakeVLLM()
+    if tokenizer_json is not None:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(tokenizer_json)
+        fake_vllm.toy_tokenize = lambda text: tokenizer.encode(text, add_special_tokens=False).ids
+    fake = FakeVLLM(takes_prompt_lists=takes_prompt_lists)
 
     async def answer(request: web.Request) -> web.Response:
         fake.requests.clear()  # it records every request; nothing here reads them

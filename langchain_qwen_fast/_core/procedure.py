@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,7 +26,7 @@ from langchain_qwen_fast._core.prompting import (
     plan_steps,
     yes_no_steps,
 )
-from langchain_qwen_fast._core.transport import BODIES_A_HOP, Call, Steps
+from langchain_qwen_fast._core.transport import Call, Steps
 from langchain_qwen_fast.caches import ClassificationCache
 from langchain_qwen_fast.calibration import apply_temperature
 from langchain_qwen_fast.classification import Classification, text_of
@@ -49,29 +48,6 @@ _TOKENIZER_SAMPLES = ("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend",
 # largest size is where the sweeps in docs/benchmarks.md stopped gaining from bigger requests.
 MIN_GROUP = 16
 MAX_GROUP = 128
-
-
-class _SharedEncoding:
-    """The token ids of a run of bodies (those ``known`` aside), encoded together when the
-    first of them is asked for, from whichever thread asks: for a server that takes one prompt
-    a request, one tokenizer call a run instead of one a text."""
-
-    def __init__(self, plan: ClassifierPlan, bodies: list[str], known: Mapping[str, list[int]]) -> None:
-        self._plan = plan
-        self._bodies = bodies
-        self._known = known
-        self._ids: dict[str, list[int]] | None = None
-        self._lock = threading.Lock()
-
-    def ids(self, body: str) -> list[int]:
-        """``body``'s token ids."""
-        if body in self._known:
-            return self._known[body]
-        with self._lock:
-            if self._ids is None:
-                fresh = [b for b in dict.fromkeys(self._bodies) if b not in self._known]
-                self._ids = dict(zip(fresh, self._plan.encode_bodies(fresh), strict=True))
-        return self._ids[body]
 
 
 def group_size(prompts: int, in_flight: int) -> int:
@@ -435,15 +411,9 @@ class Procedure:
             size = (self.batch_size or group_size(len(q), in_flight)) if plan.takes_prompt_lists else 1
             groups += [q[i : i + size] for i in range(0, len(q), size)]
 
-        def call(n: int, group: list[tuple[str, int]]) -> Call:
+        def call(group: list[tuple[str, int]]) -> Call:
             if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
                 return vllm_api.classify_call(plan, self.model, group[0][1], [prompt(b, k) for b, k in group])
-            if not plan.takes_prompt_lists:  # one prompt a request: its neighbours' bodies are encoded with it
-                together = shared[n // BODIES_A_HOP]
-                (body, step), *_ = group
-                return vllm_api.classify_call(
-                    plan, self.model, step, lambda: [plan.prompt_ids(together.ids(body), step)]
-                )
 
             def prompts() -> list[Prompt]:  # when the request is sent (off the event loop)
                 fresh = [b for b in dict.fromkeys(b for b, _ in group) if b not in prompt_of]
@@ -453,11 +423,7 @@ class Procedure:
             return vllm_api.classify_call(plan, self.model, group[0][1], prompts)
 
         while groups:
-            shared = [
-                _SharedEncoding(plan, [b for g in groups[i : i + BODIES_A_HOP] for b, _ in g], prompt_of)
-                for i in range(0, len(groups), BODIES_A_HOP)
-            ]
-            calls = [call(n, g) for n, g in enumerate(groups)]
+            calls = [call(g) for g in groups]
             replies = yield calls
             retry: list[list[tuple[str, int]]] = []
             for n, (group, reply) in enumerate(zip(groups, replies, strict=True), 1):

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -456,9 +456,6 @@ class Transport:
 
     async def _arequest(self, method: str, path: str, body: Any = None) -> Any:
         content = await asyncio.to_thread(_content, body) if callable(body) else _content(body)
-        return await self._aretry(method, path, content)
-
-    async def _aretry(self, method: str, path: str, content: bytes | None) -> Any:
         return await self._aretrying.copy()(self._asend, method, path, set(), content)
 
     async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
@@ -471,17 +468,12 @@ class Transport:
         if len(calls) == 1:
             return [await _acapture(self._arequest, *calls[0])]
         gate = asyncio.Semaphore(max(1, max_concurrency))
-        bodies = _Bodies(calls)
 
-        async def one(k: int, call: Call) -> Any:
+        async def one(call: Call) -> Any:
             async with gate:
-                try:
-                    content = await bodies.get(k)
-                except Exception as exc:  # handed back in the call's place
-                    return exc
-                return await _acapture(self._aretry, call[0], call[1], content)
+                return await _acapture(self._arequest, *call)
 
-        return list(await asyncio.gather(*(one(k, call) for k, call in enumerate(calls))))
+        return list(await asyncio.gather(*(one(call) for call in calls)))
 
     async def aclose(self) -> None:
         """Close this event loop's pooled httpx connections (the aiohttp ones of
@@ -490,65 +482,6 @@ class Transport:
         client = self._aclients.pop(loop, None)
         if client is not None:
             await client.aclose()
-
-
-#: Bodies that are functions (prompts tokenised when their request is sent) are built off the
-#: event loop, consecutive ones in one worker-thread hop: up to this many calls, while the
-#: JSON built stays under ``BODY_BYTES_A_HOP``. A server that takes one prompt a request would
-#: otherwise cost a hop, and the tokenizer's per-call overhead, for every text; a group of
-#: prompts is work enough for a hop of its own, and is not held back by its neighbours.
-BODIES_A_HOP = 64
-BODY_BYTES_A_HOP = 64 * 1024
-#: In a hop's results: a body left for a hop of its own (the hop's byte budget was spent).
-_LATER = object()
-
-
-class _Bodies:
-    """The calls' bodies as JSON bytes, each built when its call is about to be sent: the
-    functions among them in runs of :data:`BODIES_A_HOP` on a worker thread (see there), the
-    next run started as soon as one is asked for, so that it is ready when its calls' turn comes."""
-
-    def __init__(self, calls: Sequence[Call]) -> None:
-        self._calls = calls
-        self._runs: dict[int, asyncio.Future[list[Any]]] = {}
-
-    def _start(self, run: int) -> None:
-        chunk = [call[2] for call in self._calls[run * BODIES_A_HOP : (run + 1) * BODIES_A_HOP]]
-        if run not in self._runs and any(callable(body) for body in chunk):
-            self._runs[run] = asyncio.ensure_future(asyncio.to_thread(_build_functions, chunk))
-
-    async def get(self, k: int) -> bytes | None:
-        """Call ``k``'s body (raises what building it raised)."""
-        body = self._calls[k][2]
-        if not callable(body):
-            return _content(body)
-        run = k // BODIES_A_HOP
-        self._start(run)
-        self._start(run + 1)
-        built = (await self._runs[run])[k % BODIES_A_HOP]
-        if built is _LATER:
-            return await asyncio.to_thread(_content, body)
-        if isinstance(built, Exception):
-            raise built
-        return cast(bytes, built)
-
-
-def _build_functions(bodies: Sequence[Any]) -> list[Any]:
-    """Each body that is a function built as JSON bytes (or the exception building it raised),
-    in order until ``BODY_BYTES_A_HOP`` are built, the rest :data:`_LATER`; None in the place
-    of every body that is no function."""
-    built: list[Any] = []
-    size = 0
-    for body in bodies:
-        if not callable(body):
-            built.append(None)
-        elif size >= BODY_BYTES_A_HOP:
-            built.append(_LATER)
-        else:
-            result = _capture(_content, body)
-            size += len(result) if isinstance(result, bytes) else 0
-            built.append(result)
-    return built
 
 
 def _capture(fn: Callable[..., T], *args: Any) -> T | Exception:

@@ -554,34 +554,6 @@ async def test_one_prompt_a_request_gives_the_list_paths_results(
     assert len(listed.calls("/v1/completions")) < len(sent) // 4
 
 
-async def test_one_prompt_a_request_tokenises_neighbouring_texts_together(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch for a one-prompt server is tokenised in runs of BODIES_A_HOP texts (one tokenizer
-    call each), not one call a text, and every text still gets its own answer."""
-    from langchain_qwen_fast import classifiers
-    from langchain_qwen_fast._core.transport import BODIES_A_HOP
-    from tests.support.fake_vllm import ToyTokenizer
-
-    batches: list[int] = []
-
-    class CountingTokenizer(ToyTokenizer):
-        def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
-            batches.append(len(texts))
-            return super().encode_batch(texts, add_special_tokens)
-
-    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: CountingTokenizer())
-    texts = headlines(2 * BODIES_A_HOP + 5)
-    listed, single = FakeVLLM(), FakeVLLM(takes_prompt_lists=False)
-    want = make(listed, tokenizer_path="toy").batch(texts)
-    one = make(single, tokenizer_path="toy")
-    one.prepare()
-    for run in (one.batch, one.abatch):
-        batches.clear()
-        got = await run(texts) if asyncio.iscoroutinefunction(run) else run(texts)
-        assert got == want
-        assert sorted(batches, reverse=True) == [BODIES_A_HOP, BODIES_A_HOP, 5]
-    assert len(single_prompts(single)) == 2 * len(texts) + 1  # and the set-up's probe, alone
-
-
 @pytest.mark.parametrize("sigmoid", [False, True], ids=["softmax", "multi-label"])
 async def test_head_mode_sends_one_input_a_request_where_lists_are_refused(sigmoid: bool) -> None:
     texts = headlines(30)

@@ -214,47 +214,6 @@ async def test_a_body_given_as_a_function_is_built_once_off_the_event_loop() -> 
     assert t.request("POST", "completions", body) == {"ok": True} and len(built) == 2
 
 
-async def test_small_function_bodies_share_a_hop_and_a_group_hops_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One prompt a request: consecutive small bodies are built together, BODIES_A_HOP to a
-    worker-thread hop; a body past the run's byte budget gets a hop of its own; a body whose
-    building fails fails its own call only, and every reply keeps its place."""
-    import threading
-
-    from langchain_qwen_fast._core import transport as module
-
-    hops: list[int] = []
-    real_build = module._build_functions
-
-    def counting_build(bodies: Any) -> list[Any]:
-        hops.append(len(bodies))
-        return real_build(bodies)
-
-    monkeypatch.setattr(module, "_build_functions", counting_build)
-    built_on: set[int] = set()
-
-    def body(n: int, size: int = 1) -> Any:
-        def build() -> dict[str, Any]:
-            built_on.add(threading.get_ident())
-            if n == 70:
-                raise ValueError("no body for call 70")
-            return {"n": n, "prompt": [n] * size}
-
-        return build
-
-    t = transport(lambda request: httpx.Response(200, content=request.content))
-    calls = [("POST", "completions", body(n)) for n in range(2 * module.BODIES_A_HOP + 2)]
-    replies = await t.arequest_all(calls, 16)
-    assert hops == [module.BODIES_A_HOP, module.BODIES_A_HOP, 2]  # three hops for 130 bodies
-    assert threading.get_ident() not in built_on
-    assert isinstance(replies[70], ValueError) and "call 70" in str(replies[70])
-    assert [r["n"] for k, r in enumerate(replies) if k != 70] == [k for k in range(len(calls)) if k != 70]
-    # bodies larger than the byte budget: the hop builds the first, the others go alone
-    hops.clear()
-    big = module.BODY_BYTES_A_HOP // 2  # a list of ints takes at least 2 bytes an element
-    replies = await t.arequest_all([("POST", "completions", body(n, big)) for n in range(3)], 3)
-    assert [r["n"] for r in replies] == [0, 1, 2] and hops == [3]
-
-
 # -- the aiohttp path (servers that take one prompt a request), over a Unix socket ------------
 @pytest.fixture
 def unix_fake() -> Generator[tuple[FakeVLLM, UnixServer], None, None]:
