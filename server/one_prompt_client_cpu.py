@@ -29,7 +29,7 @@ sys.path += [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolv
 
 
 def main(model_dir: str) -> None:
-    from service_cpu import serve_canned
+    from service_cpu import prepare_when_up, serve_canned
 
     from langchain_qwen_fast import QwenClassifier
     from langchain_qwen_fast.serving import free_port
@@ -45,12 +45,7 @@ def main(model_dir: str) -> None:
         classifier = QwenClassifier(
             labels=list(AG_NEWS_LABELS), base_url=f"http://127.0.0.1:{port}/v1", tokenizer_path=model_dir
         )
-        for _ in range(200):
-            try:
-                classifier.prepare()
-                break
-            except Exception:  # the canned server is still starting
-                time.sleep(0.1)
+        prepare_when_up(classifier)
         asyncio.run(classifier.abatch(news_items(300, 0)))  # warm-up: connections, tokenizer
         for round_number in range(int(os.environ.get("ROUNDS", 2))):
             batch = news_items(texts, 10_000 * (round_number + 1))

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -54,6 +55,17 @@ def serve_canned(port: int, takes_prompt_lists: bool = True, tokenizer_json: str
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", answer)
     web.run_app(app, host="127.0.0.1", port=port, print=None)
+
+
+def prepare_when_up(classifier: Any, tries: int = 200) -> None:
+    """``classifier.prepare()`` once the canned server answers (it starts in a process of its own)."""
+    for _ in range(tries - 1):
+        try:
+            classifier.prepare()
+            return
+        except Exception:  # the canned server is still starting
+            time.sleep(0.1)
+    classifier.prepare()
 
 
 def group_totals(url: str) -> tuple[float, float]:
@@ -117,12 +129,7 @@ def main(variants: list[str]) -> None:
     try:
         with tempfile.TemporaryDirectory() as saved:
             classifier = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url=f"http://127.0.0.1:{port}/v1")
-            for _ in range(100):
-                try:
-                    classifier.prepare()
-                    break
-                except Exception:  # the canned server is still starting
-                    time.sleep(0.1)
+            prepare_when_up(classifier)
             classifier.save(saved)
             for round_number in range(int(os.environ.get("ROUNDS", 2))):
                 for groups in variants or ["default"]:
