@@ -6,7 +6,6 @@ import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from langchain_qwen_fast import _moved
 from langchain_qwen_fast.errors import (
     ContextLengthError,
     InvalidInputError,
@@ -36,8 +35,6 @@ _LAZY = {
     "classifier_tool": "langchain_qwen_fast.routing",
     "label_edge": "langchain_qwen_fast.routing",
 }
-
-_moved.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,6 @@
 """The public surface, pinned: what ``langchain_qwen_fast`` exports, the import paths the README,
-the guides and the examples show, the old module paths kept by ``_moved``, the command's entry
-point, and the lazy top level that imports no LangChain until a LangChain name is asked for."""
+the guides and the examples show, the command's entry point, and the lazy top level that imports
+no LangChain until a LangChain name is asked for."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 import langchain_qwen_fast
-from langchain_qwen_fast import _moved
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,26 +138,6 @@ def test_the_pages_show_imports() -> None:
 def test_every_import_the_pages_show_works(page: str, module: str, name: str) -> None:
     resolved = resolve_dotted(f"{module}.{name}" if name else module)
     assert resolved is not None
-
-
-@pytest.mark.parametrize(("old", "new"), sorted(_moved.MOVED.items()))
-def test_an_old_module_path_gives_the_new_module(old: str, new: str) -> None:
-    moved, target = importlib.import_module(old), importlib.import_module(new)
-    if any(other.startswith(old + ".") for other in _moved.MOVED):
-        # An old package forwards to the new one (its own module object, so that importing an
-        # old submodule never overwrites a real submodule of the new package): same names.
-        names = getattr(target, "__all__", None) or [n for n in vars(target) if not n.startswith("_")]
-        assert names and all(getattr(moved, n) is getattr(target, n) for n in names)
-    else:
-        assert moved is target
-
-
-def test_names_import_from_an_old_path() -> None:
-    from langchain_qwen_fast.samples import AG_NEWS_LABELS
-
-    from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS as moved
-
-    assert AG_NEWS_LABELS is moved
 
 
 def test_the_command_entry_point_resolves() -> None:
