@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_qwen_fast._core import vllm_api
+from langchain_qwen_fast._core.caches import ClassificationCache
+from langchain_qwen_fast._core.classification import Classification, text_of
 from langchain_qwen_fast._core.prompting import (
     PROMPT_SUFFIX,
     ClassifierPlan,
@@ -26,10 +28,8 @@ from langchain_qwen_fast._core.prompting import (
     plan_steps,
     yes_no_steps,
 )
+from langchain_qwen_fast._core.temperature import apply_temperature
 from langchain_qwen_fast._core.transport import Call, Steps
-from langchain_qwen_fast.caches import ClassificationCache
-from langchain_qwen_fast.calibration import apply_temperature
-from langchain_qwen_fast.classification import Classification, text_of
 from langchain_qwen_fast.errors import InvalidInputError, QwenFastError, ResponseFormatError, ServerStatusError
 
 # Work on a big async batch is done in slices with a yield to the event loop between them,
@@ -42,20 +42,20 @@ _ENCODE_SLICE = 1024
 # Prompts whose token ids the set-up compares with the server's, to catch a wrong tokenizer.
 _TOKENIZER_SAMPLES = ("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace")
 
-# Prompts per request when the classifier picks (see group_size). Bigger requests cut the
+# Prompts per request when the classifier picks (see batch_size_for). Bigger requests cut the
 # client's and the API server's per-request work, smaller ones keep the pipeline full (each
 # group is tokenised as it is sent, so a smaller group reaches the server sooner). The
 # largest size is where the sweeps in docs/benchmarks.md stopped gaining from bigger requests.
-MIN_GROUP = 16
-MAX_GROUP = 128
+MIN_BATCH_SIZE = 16
+MAX_BATCH_SIZE = 128
 
 
-def group_size(prompts: int, in_flight: int) -> int:
-    """Prompts per request for ``prompts`` prompts with ``in_flight`` requests allowed at
+def batch_size_for(prompts: int, max_concurrency: int) -> int:
+    """Prompts per request for ``prompts`` prompts with ``max_concurrency`` requests allowed at
     once: an equal share for each slot in flight, so every slot (every replica's share) is
-    busy, within ``MIN_GROUP``..``MAX_GROUP``."""
-    share = -(-prompts // max(1, in_flight))
-    return max(MIN_GROUP, min(MAX_GROUP, share))
+    busy, within ``MIN_BATCH_SIZE``..``MAX_BATCH_SIZE``."""
+    share = -(-prompts // max(1, max_concurrency))
+    return max(MIN_BATCH_SIZE, min(MAX_BATCH_SIZE, share))
 
 
 #: A node of a label hierarchy: () for the top level, (parent,) for its children, ...
@@ -79,7 +79,7 @@ class Procedure:
 
     model: str
     mode: Literal["generate", "head"]
-    #: prompts per request; None: :func:`group_size` per call
+    #: prompts per request; None: :func:`batch_size_for` per call
     batch_size: int | None
     rules: Rules
     #: label sets by hierarchy node (a flat classifier has only the top node)
@@ -270,20 +270,20 @@ class Procedure:
         plans: Mapping[Node, ClassifierPlan],
         examples: Sequence[str | Exception] | None = None,
         *,
-        in_flight: int = 1,
-        group: int | None = None,
+        max_concurrency: int = 1,
+        batch_size: int | None = None,
     ) -> Steps[list[Any]]:
         """Classify ``inputs`` down the hierarchy; every slot ends as a Classification or an
         exception, in input order. ``examples``: each input's selected examples, rendered.
-        Prompts per request: ``group``, else the classifier's ``batch_size``, else
-        :func:`group_size` for ``in_flight`` requests at once."""
-        if group is not None and group != self.batch_size:
-            sized = dataclasses.replace(self, batch_size=group)
-            return (yield from sized.classify_steps(inputs, plans, examples, in_flight=in_flight))
-        results = yield from self._level_steps(inputs, plans[()], (), examples, in_flight)
+        Prompts per request: ``batch_size``, else the classifier's, else
+        :func:`batch_size_for` with ``max_concurrency`` requests in flight."""
+        if batch_size is not None and batch_size != self.batch_size:
+            sized = dataclasses.replace(self, batch_size=batch_size)
+            return (yield from sized.classify_steps(inputs, plans, examples, max_concurrency=max_concurrency))
+        results = yield from self._level_steps(inputs, plans[()], (), examples, max_concurrency)
         if len(plans) > 1:  # a hierarchy: every result carries its path
             results = [_with_path(r) if isinstance(r, Classification) else r for r in results]
-            yield from self._descend(inputs, plans, (), results, examples, in_flight)
+            yield from self._descend(inputs, plans, (), results, examples, max_concurrency)
         return results
 
     def _descend(
@@ -293,7 +293,7 @@ class Procedure:
         node: Node,
         results: list[Any],
         examples: Sequence[str | Exception] | None,
-        in_flight: int,
+        max_concurrency: int,
     ) -> Steps[None]:
         for label in plans[node].label_set.labels:
             child = (*node, label)
@@ -303,10 +303,12 @@ class Procedure:
             if not here:
                 continue
             sub_examples = [examples[i] for i in here] if examples is not None else None
-            sub = yield from self._level_steps([inputs[i] for i in here], plans[child], child, sub_examples, in_flight)
+            sub = yield from self._level_steps(
+                [inputs[i] for i in here], plans[child], child, sub_examples, max_concurrency
+            )
             for i, result in zip(here, sub, strict=True):
                 results[i] = result if isinstance(result, Exception) else _below(results[i], result)
-            yield from self._descend(inputs, plans, child, results, examples, in_flight)
+            yield from self._descend(inputs, plans, child, results, examples, max_concurrency)
 
     def _level_steps(
         self,
@@ -314,7 +316,7 @@ class Procedure:
         plan: ClassifierPlan,
         node: Node,
         examples: Sequence[str | Exception] | None,
-        in_flight: int,
+        max_concurrency: int,
     ) -> Steps[list[Any]]:
         results: list[Any] = [None] * len(inputs)
         # Identical texts (with identical examples) are asked once and answered in every place.
@@ -364,7 +366,7 @@ class Procedure:
                 yield []
             pending = [b for b in pending if outcome.get(b) is None]
 
-        answers = yield from self._ask_steps(plan, pending, prompt_of, in_flight)
+        answers = yield from self._ask_steps(plan, pending, prompt_of, max_concurrency)
         for body in pending:
             got = answers[body]
             failed = next((a for a in got if isinstance(a, Exception)), None)
@@ -384,7 +386,7 @@ class Procedure:
         return results
 
     def _ask_steps(
-        self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], in_flight: int
+        self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], max_concurrency: int
     ) -> Steps[dict[str, list[Any]]]:
         """Every step of every body, in grouped requests; each answer, or the exception that
         ended its request, by body and step."""
@@ -408,7 +410,7 @@ class Procedure:
         # the requests in flight are then all the batching there is.
         groups = []
         for q in kinds.values():
-            size = (self.batch_size or group_size(len(q), in_flight)) if plan.takes_prompt_lists else 1
+            size = (self.batch_size or batch_size_for(len(q), max_concurrency)) if plan.takes_prompt_lists else 1
             groups += [q[i : i + size] for i in range(0, len(q), size)]
 
         def call(group: list[tuple[str, int]]) -> Call:

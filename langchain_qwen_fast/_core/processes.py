@@ -3,11 +3,10 @@
 One process's event loop builds, sends and parses every request of a batch while its
 tokenizer threads contend for the same interpreter lock: in front of several fast servers that
 one process, not the servers, sets the pace, and spreading the batch over processes lets the
-servers set it again (the figures are in docs/benchmarks.md and docs/gpu-deployment.md). Each
-worker process here holds its own classifier, built from the parent's configuration, and
-classifies an equal share of the batch with ``abatch``; the shares come back in input order.
-Knows nothing of what a classifier is beyond that constructor and ``abatch``/``aprepare``:
-the class itself travels to the workers (by reference).
+servers set it again (the figures are in docs/performance.md). Each worker process holds its
+own engine, made by a factory sent from the parent, and classifies an equal share of the batch
+with its ``aclassify``; the shares come back in input order. Knows nothing of an engine beyond
+``aclassify`` and ``aprepare``.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import itertools
 import math
 import multiprocessing
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -33,15 +32,15 @@ _worker: Any = None
 _loop: asyncio.AbstractEventLoop | None = None
 
 
-def _start_worker(factory: Any, config: dict[str, Any]) -> None:
+def _start_worker(factory: Callable[[], Any]) -> None:
     global _worker, _loop
-    _worker = factory(**config)
+    _worker = factory()
     _loop = asyncio.new_event_loop()
 
 
-def _classify_share(texts: list[str], run_config: dict[str, Any] | None) -> list[Any]:
+def _classify_share(texts: list[str], max_concurrency: int) -> list[Any]:
     assert _loop is not None, "worker not started"
-    return _loop.run_until_complete(_worker.abatch(texts, run_config, return_exceptions=True))
+    return _loop.run_until_complete(_worker.aclassify(texts, max_concurrency=max_concurrency))
 
 
 def _prepare_worker() -> None:
@@ -64,23 +63,22 @@ def processes_for(items: int, processes: int) -> int:
 
 
 class ClientProcesses:
-    """A pool of ``processes`` worker processes, each with a classifier made by
-    ``factory(**config)``. Started on first use, stopped by :meth:`close`.
+    """A pool of ``processes`` worker processes, each with an engine made by ``factory()``
+    (a picklable callable). Started on first use, stopped by :meth:`close`.
 
     A worker that dies loses nothing: its share is given back as None and the caller
     classifies it itself.
     """
 
-    def __init__(self, factory: Any, config: dict[str, Any], processes: int) -> None:
+    def __init__(self, factory: Callable[[], Any], processes: int) -> None:
         if processes < 2:
             raise ConfigurationError("ClientProcesses needs at least 2 processes")
         self.processes = processes
         self._factory = factory
-        self._config = config
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def __repr__(self) -> str:  # the config may hold the API key: never shown
+    def __repr__(self) -> str:  # the factory holds the settings, and with them the API key: never shown
         return f"ClientProcesses(processes={self.processes}, started={self._pool is not None})"
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -91,22 +89,22 @@ class ClientProcesses:
                     self.processes,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_start_worker,
-                    initargs=(self._factory, self._config),
+                    initargs=(self._factory,),
                 )
             return self._pool
 
     def _submit(self, texts: list[str], in_flight: int, parts: int) -> list[Future[list[Any]]]:
         # The call's requests in flight are shared out, so the servers see the load they
         # would from one process.
-        run_config = {"max_concurrency": max(1, math.ceil(in_flight / parts))}
+        share = max(1, math.ceil(in_flight / parts))
         parts_of = [texts[s.start : s.stop] for s in shares(len(texts), parts)]
         try:
             pool = self._executor()
-            return [pool.submit(_classify_share, part, run_config) for part in parts_of]
+            return [pool.submit(_classify_share, part, share) for part in parts_of]
         except BrokenProcessPool:  # a worker died between batches: start a fresh pool, once
             self._forget_broken()
             pool = self._executor()
-            return [pool.submit(_classify_share, part, run_config) for part in parts_of]
+            return [pool.submit(_classify_share, part, share) for part in parts_of]
 
     def _forget_broken(self) -> None:
         with self._lock:

@@ -1,10 +1,10 @@
-"""Pooled HTTP to the vLLM server: one sync and one async client, retries, bounded fan-out.
+"""Pooled HTTP to the vLLM server: retries, replicas and bounded fan-out over an HTTP stack.
 
-Requests go through ``httpx``, or, once :meth:`Transport.use_aiohttp` is called (a server
-that takes one prompt a request, so many small requests are in flight), async requests and
-sync batches of requests go through ``aiohttp``: at hundreds of requests in flight httpx's
-client spends far more CPU on each request (docs/benchmarks.md). Both paths share the retry
-policy, the replica choice and the error types.
+A :class:`Transport` keeps what every request shares (the retry policy, the replica choice,
+the error types); an :class:`HTTPStack` only sends. Requests go through :class:`HttpxStack`
+until the set-up finds a server that takes one prompt a request, where many small requests
+are in flight: the engine then hands the transport an :class:`AiohttpStack`, whose client
+spends far less CPU a request at that load (docs/performance.md).
 
 Knows nothing of LangChain or of prompts. Every failure leaves as a typed
 :class:`~langchain_qwen_fast.errors.TransportError` (or :class:`ResponseFormatError`);
@@ -13,8 +13,10 @@ the API key only ever travels in the ``Authorization`` header, never in a messag
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
+import dataclasses
 import email.utils
 import itertools
 import threading
@@ -144,13 +146,138 @@ def _translate(exc: Exception, path: str) -> TransportError:
 #: server (uvicorn) drops one, so a request never goes out on a connection being dropped.
 _AIOHTTP_KEEPALIVE = 4.0
 
+#: One try's answer: (HTTP status, body, ``Retry-After`` header or None).
+Answer = tuple[int, bytes, "str | None"]
+
+
+@dataclass(frozen=True)
+class WireSettings:
+    """What every HTTP stack of a transport shares: headers, timeout, pool size."""
+
+    headers: dict[str, str] = dataclasses.field(repr=False)
+    timeout: float
+    pool_size: int
+
+
+class HTTPStack(abc.ABC):
+    """How a transport's tries go over the wire: the transport keeps the retries, the replica
+    choice and the error types, a stack only sends. Chosen once the set-up knows the server
+    (:meth:`Transport.use_stack`)."""
+
+    #: the exceptions of this stack that mean the try failed on the network
+    network_errors: tuple[type[BaseException], ...] = (httpx.HTTPError,)
+
+    @abc.abstractmethod
+    def send(self, method: str, url: str, content: bytes | None) -> Answer:
+        """One try, blocking."""
+
+    @abc.abstractmethod
+    async def asend(self, method: str, url: str, content: bytes | None) -> Answer:
+        """One try, on the event loop :meth:`arun` runs it on."""
+
+    @abc.abstractmethod
+    async def arun(self, job: Coroutine[Any, Any, T]) -> T:
+        """Await ``job`` where this stack's async tries run."""
+
+    @abc.abstractmethod
+    def run_all(
+        self,
+        calls: Sequence[Call],
+        max_concurrency: int,
+        one: Callable[[Call], Any],
+        aall: Callable[[], Coroutine[Any, Any, list[Any]]],
+    ) -> list[Any]:
+        """Run a batch of ``calls`` from blocking code, at most ``max_concurrency`` at once:
+        each through ``one`` (blocking), or all through ``aall`` (async, which keeps its own
+        bound), whichever this stack does best."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the pooled connections (they open again on next use)."""
+
+
+class HttpxStack(HTTPStack):
+    """httpx: a pooled sync client, and a pooled async client per event loop; a blocking batch
+    runs on threads. ``http_transport`` replaces the network (``httpx.MockTransport`` serves
+    both clients)."""
+
+    def __init__(self, wire: WireSettings, http_transport: Any = None) -> None:
+        self._headers = wire.headers
+        self._timeout = httpx.Timeout(wire.timeout)
+        self._limits = httpx.Limits(max_connections=wire.pool_size, max_keepalive_connections=wire.pool_size)
+        self._http_transport = http_transport
+        self._client: httpx.Client | None = None
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @property
+    def client(self) -> httpx.Client:
+        """The pooled sync client."""
+        if self._client is None:
+            sync = self._http_transport if isinstance(self._http_transport, httpx.BaseTransport) else None
+            self._client = httpx.Client(
+                headers=self._headers, timeout=self._timeout, limits=self._limits, transport=sync
+            )
+        return self._client
+
+    def new_async_client(self) -> httpx.AsyncClient:
+        """A pooled async client with these limits and timeout, without the headers (for an
+        SDK that keeps its own client; it binds to the event loop that first uses it)."""
+        return httpx.AsyncClient(timeout=self._timeout, limits=self._limits)
+
+    def _aclient(self) -> httpx.AsyncClient:
+        # An AsyncClient belongs to the loop that made it; asyncio.run() twice means two loops.
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(loop)
+        if client is None:
+            transport = self._http_transport
+            client = httpx.AsyncClient(
+                headers=self._headers,
+                timeout=self._timeout,
+                limits=self._limits,
+                transport=transport if isinstance(transport, httpx.AsyncBaseTransport) else None,
+            )
+            self._aclients[loop] = client
+        return client
+
+    def send(self, method: str, url: str, content: bytes | None) -> Answer:
+        reply = self.client.request(method, url, content=content)
+        return reply.status_code, reply.content, reply.headers.get("retry-after")
+
+    async def asend(self, method: str, url: str, content: bytes | None) -> Answer:
+        reply = await self._aclient().request(method, url, content=content)
+        return reply.status_code, reply.content, reply.headers.get("retry-after")
+
+    async def arun(self, job: Coroutine[Any, Any, T]) -> T:
+        return await job
+
+    def run_all(
+        self,
+        calls: Sequence[Call],
+        max_concurrency: int,
+        one: Callable[[Call], Any],
+        aall: Callable[[], Coroutine[Any, Any, list[Any]]],
+    ) -> list[Any]:
+        with ThreadPoolExecutor(max(1, min(max_concurrency, len(calls))), thread_name_prefix="qwen-fast") as pool:
+            return list(pool.map(one, calls))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        client = self._aclients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
 
 class _LoopThread:
-    """The transport's own event loop, in a daemon thread, holding its one aiohttp session:
-    sync and async callers alike hand it their requests (a sync batch then costs what an
-    async one costs, not a thread per request), and however many event loops call, one pool
-    of connections serves them and :meth:`Transport.close` ends it. Dropped unclosed with its
-    transport, it closes the session and stops."""
+    """An event loop in a daemon thread, holding one aiohttp session: sync and async callers
+    alike hand it their requests (a sync batch then costs what an async one costs, not a
+    thread per request), and however many event loops call, one pool of connections serves
+    them. Dropped unclosed with its stack, it closes the session and stops."""
 
     def __init__(self, make_session: Callable[[], Any]) -> None:
         self.loop = asyncio.new_event_loop()
@@ -169,10 +296,6 @@ class _LoopThread:
         """Start ``job`` on this loop."""
         return asyncio.run_coroutine_threadsafe(job, self.loop)
 
-    def run(self, job: Coroutine[Any, Any, T]) -> T:
-        """Run ``job`` on this loop and wait for its result."""
-        return self.submit(job).result()
-
     async def _shutdown(self) -> None:
         if self.session is not None:
             await self.session.close()
@@ -187,6 +310,69 @@ class _LoopThread:
         if wait:
             self._thread.join()
             self.loop.close()
+
+
+class AiohttpStack(HTTPStack):
+    """aiohttp on a loop of its own, for a server that takes one prompt a request: hundreds of
+    small requests in flight, where httpx's client costs far more CPU a request. A single
+    blocking try stays on httpx (``sync``): no event loop to hop to."""
+
+    def __init__(self, wire: WireSettings, sync: HttpxStack, connector: Callable[[], Any] | None = None) -> None:
+        import aiohttp
+
+        self.network_errors = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
+        self._wire = wire
+        self._sync = sync
+        self._connector = connector
+        self._io: _LoopThread | None = None
+        self._io_lock = threading.Lock()
+
+    def _io_loop(self) -> _LoopThread:
+        with self._io_lock:
+            if self._io is None:
+                self._io = _LoopThread(self._new_session)
+                weakref.finalize(self, self._io.stop, False)
+            return self._io
+
+    def _new_session(self) -> Any:
+        import aiohttp
+
+        connector = (
+            self._connector()
+            if self._connector is not None
+            else aiohttp.TCPConnector(limit=self._wire.pool_size, keepalive_timeout=_AIOHTTP_KEEPALIVE)
+        )
+        seconds = self._wire.timeout
+        timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds, sock_read=seconds)
+        return aiohttp.ClientSession(
+            connector=connector, headers=self._wire.headers, timeout=timeout, skip_auto_headers=("User-Agent",)
+        )
+
+    def send(self, method: str, url: str, content: bytes | None) -> Answer:
+        return self._sync.send(method, url, content)
+
+    async def asend(self, method: str, url: str, content: bytes | None) -> Answer:
+        async with self._io_loop().get_session().request(method, url, data=content) as response:
+            return response.status, await response.read(), response.headers.get("retry-after")
+
+    async def arun(self, job: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(self._io_loop().submit(job))
+
+    def run_all(
+        self,
+        calls: Sequence[Call],
+        max_concurrency: int,
+        one: Callable[[Call], Any],
+        aall: Callable[[], Coroutine[Any, Any, list[Any]]],
+    ) -> list[Any]:
+        return self._io_loop().submit(aall()).result()
+
+    def close(self) -> None:
+        self._sync.close()
+        with self._io_lock:
+            io, self._io = self._io, None
+        if io is not None:
+            io.stop()
 
 
 class Replicas:
@@ -228,7 +414,7 @@ class Replicas:
 
 
 class Transport:
-    """HTTP to a server: a pooled sync client, a pooled async client per event loop.
+    """HTTP to a server: retries, replicas and typed errors over an :class:`HTTPStack`.
 
     Given several base URLs (replicas serving the same model, e.g. two vLLM servers sharing
     one GPU), each try goes to the replica with the fewest requests outstanding, a retry to
@@ -241,12 +427,9 @@ class Transport:
         api_key: bearer token, or None.
         timeout: seconds for each request (connect, write, read each).
         retry: the retry policy.
-        pool_size: most connections kept open per client.
-        http_transport: an ``httpx`` transport for the clients instead of the network, e.g.
-            ``httpx.MockTransport`` (serves both the sync and the async client) in tests. With
-            one, every request goes through httpx (:meth:`use_aiohttp` changes nothing).
-        aiohttp_connector: makes the connector of each event loop's aiohttp session (default:
-            TCP with ``pool_size`` connections), e.g. an ``aiohttp.UnixConnector`` in tests.
+        pool_size: most connections kept open.
+        http_transport: an ``httpx`` transport instead of the network, e.g.
+            ``httpx.MockTransport`` in tests; the stack is then always httpx.
     """
 
     def __init__(
@@ -258,7 +441,6 @@ class Transport:
         retry: RetryPolicy,
         pool_size: int = 64,
         http_transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
-        aiohttp_connector: Callable[[], Any] | None = None,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
@@ -266,37 +448,30 @@ class Transport:
         self.base_urls = [u.rstrip("/") for u in urls]
         self.base_url = self.base_urls[0]
         self.replicas = Replicas(len(self.base_urls))
-        self._headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json"}
         if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
-        self._timeout = httpx.Timeout(timeout)
-        self._limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
-        self.pool_size = pool_size
-        self._http_transport = http_transport
+            headers["authorization"] = f"Bearer {api_key}"
+        self.wire = WireSettings(headers=headers, timeout=timeout, pool_size=pool_size)
         self.retry = retry
-        self._client: httpx.Client | None = None
-        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._aiohttp_connector = aiohttp_connector
-        self._io: _LoopThread | None = None
-        self._io_lock = threading.Lock()
-        #: async requests and sync batches go through aiohttp (see :meth:`use_aiohttp`)
-        self.aiohttp = False
-        self._network_errors: tuple[type[Exception], ...] = (httpx.HTTPError,)
+        self.custom_http_transport = http_transport is not None
+        self.httpx = HttpxStack(self.wire, http_transport)
+        #: how tries go over the wire (httpx until :meth:`use_stack` says otherwise)
+        self.stack: HTTPStack = self.httpx
         self._retrying = Retrying(**self._retry_kwargs(_retryable))
         self._aretrying = AsyncRetrying(**self._retry_kwargs(_retryable))
         self._jitter = wait_random_exponential(multiplier=retry.initial_backoff, max=retry.max_backoff)
 
-    def use_aiohttp(self) -> None:
-        """Send async requests and sync batches of requests through aiohttp from now on (a
-        single sync request stays on httpx: no event loop to hop to). Worth it where many
-        small requests are in flight; nothing changes with an ``http_transport``."""
-        if self._http_transport is None:
-            import aiohttp
+    def use_stack(self, stack: HTTPStack) -> None:
+        """Send through ``stack`` from now on (the one it replaces is closed)."""
+        if stack is not self.stack:
+            old, self.stack = self.stack, stack
+            if old is not self.httpx:
+                old.close()
 
-            self._network_errors = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
-            self.aiohttp = True
+    def aiohttp_stack(self, connector: Callable[[], Any] | None = None) -> AiohttpStack:
+        """An aiohttp stack with this transport's headers, timeout and pool (``connector``
+        makes its connector, e.g. an ``aiohttp.UnixConnector`` in tests)."""
+        return AiohttpStack(self.wire, self.httpx, connector)
 
     def _retry_kwargs(self, retryable: Callable[[BaseException], bool]) -> dict[str, Any]:
         return dict(
@@ -311,10 +486,14 @@ class Transport:
         model's SDK calls), with ``retryable`` saying which of its errors to retry."""
         return Retrying(**self._retry_kwargs(retryable)), AsyncRetrying(**self._retry_kwargs(retryable))
 
+    @property
+    def client(self) -> httpx.Client:
+        """The pooled sync httpx client (for an SDK that takes one)."""
+        return self.httpx.client
+
     def new_async_client(self) -> httpx.AsyncClient:
-        """A pooled async client with this transport's limits and timeout (for an SDK that
-        keeps its own; it binds to the event loop that first uses it)."""
-        return httpx.AsyncClient(timeout=self._timeout, limits=self._limits)
+        """A pooled async httpx client with this transport's limits and timeout."""
+        return self.httpx.new_async_client()
 
     def __repr__(self) -> str:
         return f"Transport(base_url={self.base_urls if len(self.base_urls) > 1 else self.base_url!r})"
@@ -322,7 +501,7 @@ class Transport:
     @property
     def timeout(self) -> float:
         """Seconds allowed for each request."""
-        return float(self._timeout.read or 0)
+        return self.wire.timeout
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -340,25 +519,16 @@ class Transport:
         return base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}"
 
     # -- sync ---------------------------------------------------------------------------
-    @property
-    def client(self) -> httpx.Client:
-        if self._client is None:
-            sync = self._http_transport if isinstance(self._http_transport, httpx.BaseTransport) else None
-            self._client = httpx.Client(
-                headers=self._headers, timeout=self._timeout, limits=self._limits, transport=sync
-            )
-        return self._client
-
     def _send(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
         replica = self.replicas.acquire(tried)
         tried.add(replica)
         try:
-            response = self.client.request(method, self._url(replica, path), content=content)
+            status, body, retry_after = self.stack.send(method, self._url(replica, path), content)
         except httpx.HTTPError as exc:
             self.replicas.release(replica, connection_failed=not isinstance(exc, httpx.TimeoutException))
             raise _translate(exc, path) from None
         self.replicas.release(replica)
-        return _decode_response(response, path)
+        return _decode(status, body, retry_after, path)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One request, retried per the policy; returns the decoded JSON."""
@@ -370,78 +540,28 @@ class Transport:
         each the decoded JSON or the exception that call ended with."""
         if len(calls) == 1:
             return [_capture(self.request, *calls[0])]
-        if self.aiohttp:
-            return self._io_loop().run(self._arequest_all(calls, max_concurrency))
-        workers = max(1, min(max_concurrency, len(calls)))
-        with ThreadPoolExecutor(workers, thread_name_prefix="qwen-fast") as pool:
-            return list(pool.map(lambda call: _capture(self.request, *call), calls))
-
-    def _io_loop(self) -> _LoopThread:
-        with self._io_lock:
-            if self._io is None:
-                self._io = _LoopThread(self._new_session)
-                weakref.finalize(self, self._io.stop, False)
-            return self._io
+        return self.stack.run_all(
+            calls,
+            max_concurrency,
+            lambda call: _capture(self.request, *call),
+            lambda: self._arequest_all(calls, max_concurrency),
+        )
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        with self._io_lock:
-            io, self._io = self._io, None
-        if io is not None:
-            io.stop()
+        """Close the pooled connections of every stack (they open again on next use)."""
+        self.stack.close()
+        self.httpx.close()
 
     # -- async --------------------------------------------------------------------------
-    @property
-    def aclient(self) -> httpx.AsyncClient:
-        # An AsyncClient belongs to the loop that made it; asyncio.run() twice means two loops.
-        loop = asyncio.get_running_loop()
-        client = self._aclients.get(loop)
-        if client is None:
-            transport = self._http_transport
-            client = httpx.AsyncClient(
-                headers=self._headers,
-                timeout=self._timeout,
-                limits=self._limits,
-                transport=transport if isinstance(transport, httpx.AsyncBaseTransport) else None,
-            )
-            self._aclients[loop] = client
-        return client
-
-    def _new_session(self) -> Any:
-        """The aiohttp session of :meth:`use_aiohttp` (made on the transport's own loop)."""
-        import aiohttp
-
-        connector = (
-            self._aiohttp_connector()
-            if self._aiohttp_connector is not None
-            else aiohttp.TCPConnector(limit=self.pool_size, keepalive_timeout=_AIOHTTP_KEEPALIVE)
-        )
-        seconds = self.timeout
-        timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds, sock_read=seconds)
-        return aiohttp.ClientSession(
-            connector=connector, headers=self._headers, timeout=timeout, skip_auto_headers=("User-Agent",)
-        )
-
-    async def _araw(self, method: str, url: str, content: bytes | None) -> tuple[int, bytes, str | None]:
-        """One try: (status, body, ``Retry-After``), through aiohttp (on the transport's own
-        loop, where :meth:`arequest` and :meth:`arequest_all` send it) or httpx."""
-        if self.aiohttp:
-            async with self._io_loop().get_session().request(method, url, data=content) as response:
-                return response.status, await response.read(), response.headers.get("retry-after")
-        reply = await self.aclient.request(method, url, content=content)
-        return reply.status_code, reply.content, reply.headers.get("retry-after")
-
     async def _asend(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
         replica = self.replicas.acquire(tried)
         tried.add(replica)
         try:
-            status, body, retry_after = await self._araw(method, self._url(replica, path), content)
-        except self._network_errors as exc:
+            status, body, retry_after = await self.stack.asend(method, self._url(replica, path), content)
+        except self.stack.network_errors as exc:
             timed_out = isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError))
             self.replicas.release(replica, connection_failed=not timed_out)
-            raise _translate(exc, path) from None
+            raise _translate(exc, path) from None  # type: ignore[arg-type]
         except BaseException:  # cancelled: the try is over all the same
             self.replicas.release(replica)
             raise
@@ -450,9 +570,7 @@ class Transport:
 
     async def arequest(self, method: str, path: str, body: Any = None) -> Any:
         """Async :meth:`request`."""
-        if self.aiohttp:
-            return await asyncio.wrap_future(self._io_loop().submit(self._arequest(method, path, body)))
-        return await self._arequest(method, path, body)
+        return await self.stack.arun(self._arequest(method, path, body))
 
     async def _arequest(self, method: str, path: str, body: Any = None) -> Any:
         content = await asyncio.to_thread(_content, body) if callable(body) else _content(body)
@@ -460,9 +578,7 @@ class Transport:
 
     async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         """Async :meth:`request_all`."""
-        if self.aiohttp:
-            return await asyncio.wrap_future(self._io_loop().submit(self._arequest_all(calls, max_concurrency)))
-        return await self._arequest_all(calls, max_concurrency)
+        return await self.stack.arun(self._arequest_all(calls, max_concurrency))
 
     async def _arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         if len(calls) == 1:
@@ -476,12 +592,9 @@ class Transport:
         return list(await asyncio.gather(*(one(call) for call in calls)))
 
     async def aclose(self) -> None:
-        """Close this event loop's pooled httpx connections (the aiohttp ones of
-        :meth:`use_aiohttp` serve every loop: :meth:`close` ends them)."""
-        loop = asyncio.get_running_loop()
-        client = self._aclients.pop(loop, None)
-        if client is not None:
-            await client.aclose()
+        """Close this event loop's pooled httpx connections (an aiohttp stack serves every
+        loop: :meth:`close` ends it)."""
+        await self.httpx.aclose()
 
 
 def _capture(fn: Callable[..., T], *args: Any) -> T | Exception:

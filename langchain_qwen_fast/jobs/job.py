@@ -5,7 +5,7 @@
     report = classify_table(ClassifyOptions("news.csv", "labelled.parquet", labels=("World", "Sports")))
 
 Rows are read a chunk at a time (``chunk_rows``), each chunk classified with one
-``QwenClassifier.abatch`` call (several chunks in flight, so that the servers always have the
+engine call (several chunks in flight, so that the servers always have the
 next requests while a chunk is written), and written, in input order, as a part file of the
 work folder (:mod:`.parts`). Memory holds the chunks in flight, not the table. Each output row
 is the input row's cells and the columns of :mod:`.columns`; a row that cannot be read or
@@ -76,7 +76,7 @@ class ClassifyOptions:
     output_format: str | None = None
     #: the text's column or key (else title and description)
     text_column: str = "text"
-    #: rows per chunk: per ``abatch`` call and per part file
+    #: rows per chunk: per engine call and per part file
     chunk_rows: int = 1024
     #: chunks being classified at once
     chunks_in_flight: int = 3
@@ -319,7 +319,7 @@ class _Job:
 
     async def _classify(self, chunk: list[InputRow]) -> list[Result]:
         """Each row's classification or error: rows that cannot be read get their error without
-        a request; the others go in one ``abatch``, which puts the error of a value that is not
+        a request; the others go in one engine call, which puts the error of a value that is not
         text to classify in its place."""
         results: list[Result | None] = [None] * len(chunk)
         readable = []
@@ -330,7 +330,7 @@ class _Job:
                 results[i] = DataFileError(f"{row.place} {row.problem}")
         if readable:
             values = [chunk[i].text for i in readable]
-            for i, result in zip(readable, await self.classifier.abatch(values, return_exceptions=True)):
+            for i, result in zip(readable, await self.classifier.engine.aclassify(values)):
                 results[i] = result
         return [r for r in results if r is not None]
 

@@ -211,7 +211,7 @@ def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> list[Cla
             readable.append(i)
     if readable:
         picked = [values[i] for i in readable]
-        for i, result in zip(readable, classifier.batch(picked, return_exceptions=True)):
+        for i, result in zip(readable, classifier.engine.classify(picked)):
             results[i] = result
     return [r for r in results if r is not None]
 

@@ -201,7 +201,8 @@ def create_app(
     if os.environ.get(_METRICS_DIR):  # one of several workers: each writes its counts there
         scraped = CollectorRegistry()
         MultiProcessCollector(scraped)
-    batcher = MicroBatcher(classifier, max_wait=max_wait_ms / 1000, max_group=max_group,
+    engine = classifier.engine
+    batcher = MicroBatcher(engine, max_wait=max_wait_ms / 1000, max_group=max_group,
                            groups_in_flight=groups_in_flight, on_group=groups.observe)  # fmt: skip
     one_result, list_results = _answer_models(classifier.label_names)
     keyed = api_key is not None
@@ -287,7 +288,7 @@ def create_app(
         answer: dict[str, Any]
         if isinstance(body.input, list):
             kind = "list"
-            results = await classifier.abatch(body.input, return_exceptions=True) if body.input else []
+            results = await engine.aclassify(body.input)
             if results:
                 groups.observe(len(results))
             for result in results:

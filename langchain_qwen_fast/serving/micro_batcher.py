@@ -7,15 +7,15 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from langchain_qwen_fast._core.procedure import MAX_GROUP
+from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast.classification import Classification
-    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast._core.classification import Classification
+    from langchain_qwen_fast._core.engine import Engine
 
 #: Groups in flight a vLLM server by default: one in the server while the next is sent or
 #: answered; fewer groups in flight make each group larger, and a larger group costs the
-#: service less CPU a text (docs/benchmarks.md).
+#: service less CPU a text (docs/performance.md).
 GROUPS_IN_FLIGHT_PER_REPLICA = 2
 
 
@@ -30,10 +30,10 @@ _Waiting = tuple[Any, "asyncio.Future[Any]"]
 
 
 class MicroBatcher:
-    """Groups single texts that arrive together into one ``abatch`` call.
+    """Groups single texts that arrive together into one engine call.
 
     At most ``groups_in_flight`` groups run at once (None: :func:`default_groups_in_flight` of
-    the classifier's replicas). While every slot is busy, texts queue; when one frees,
+    the engine's replicas). While every slot is busy, texts queue; when one frees,
     everything queued (up to ``max_group`` texts) goes as the next group. So under load the
     groups grow with the load, and a text arriving at a quiet service goes at once, alone.
     ``max_wait`` > 0 also has a group's first text wait up to that many seconds for company
@@ -42,14 +42,14 @@ class MicroBatcher:
 
     def __init__(
         self,
-        classifier: QwenClassifier,
+        engine: Engine,
         *,
         max_wait: float = 0.0,
         max_group: int = 256,
         groups_in_flight: int | None = None,
         on_group: Callable[[int], object] | None = None,
     ) -> None:
-        self.classifier = classifier
+        self.engine = engine
         self.max_wait = max_wait
         self.max_group = max_group
         self.groups_in_flight = groups_in_flight
@@ -70,7 +70,7 @@ class MicroBatcher:
         return result
 
     async def _collect(self, queue: asyncio.Queue[_Waiting]) -> None:
-        slots = asyncio.Semaphore(self.groups_in_flight or default_groups_in_flight(self.classifier.replica_count))
+        slots = asyncio.Semaphore(self.groups_in_flight or default_groups_in_flight(self.engine.replica_count))
         while True:
             await slots.acquire()
             group = [await queue.get()]
@@ -100,13 +100,12 @@ class MicroBatcher:
             self._on_group(len(group))
         results: list[Any]
         try:
-            # One request a group (of up to MAX_GROUP prompts) where the server takes prompt
-            # lists, as abatch's own requests are at full load; a request a text where not.
+            # One request a group (of up to MAX_BATCH_SIZE prompts) where the server takes prompt
+            # lists, as a batch's own requests are at full load; a request a text where not.
             if self._takes_prompt_lists is None:  # learnt once, by the set-up
-                self._takes_prompt_lists = (await self.classifier.aprepare()).takes_prompt_lists
-            requests = -(-len(group) // MAX_GROUP) if self._takes_prompt_lists else len(group)
-            values = [value for value, _ in group]
-            results = await self.classifier.abatch(values, {"max_concurrency": requests}, return_exceptions=True)
+                self._takes_prompt_lists = (await self.engine.aprepare()).takes_prompt_lists
+            requests = -(-len(group) // MAX_BATCH_SIZE) if self._takes_prompt_lists else len(group)
+            results = await self.engine.aclassify([value for value, _ in group], max_concurrency=requests)
         except Exception as exc:  # the group itself failed: every caller hears why
             results = [exc] * len(group)
         for (_, future), result in zip(group, results, strict=True):

@@ -353,10 +353,10 @@ def test_a_server_without_a_tokenizer_classifies_from_token_ids(
     """Against ``--skip-tokenizer-init`` the client's tokenizer does every tokenising step:
     set-up and probes send token ids, the tokenizer check is skipped, and the results are
     those of a server with a tokenizer."""
-    from langchain_qwen_fast import classifiers
+    from langchain_qwen_fast._core import engine
     from tests.support.fake_vllm import ToyTokenizer
 
-    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: ToyTokenizer())
+    monkeypatch.setattr(engine, "load_tokenizer", lambda path: ToyTokenizer())
     texts = headlines(12)
     results = {}
     for has_tokenizer in (True, False):
@@ -374,10 +374,10 @@ def test_without_a_tokenizer_anywhere_the_servers_refusal_is_named() -> None:
 
 
 def test_head_mode_probes_with_token_ids_when_the_client_tokenises(monkeypatch: pytest.MonkeyPatch) -> None:
-    from langchain_qwen_fast import classifiers
+    from langchain_qwen_fast._core import engine
     from tests.support.fake_vllm import ToyTokenizer
 
-    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: ToyTokenizer())
+    monkeypatch.setattr(engine, "load_tokenizer", lambda path: ToyTokenizer())
     fake = FakeVLLM(has_tokenizer=False, head_classes=4)
     result = make(fake, mode="head", tokenizer_path="toy").invoke("Rates rise")
     assert result.label in LABELS
@@ -385,14 +385,14 @@ def test_head_mode_probes_with_token_ids_when_the_client_tokenises(monkeypatch: 
 
 
 def test_the_tokenizer_is_still_checked_on_a_replica_that_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from langchain_qwen_fast import classifiers
+    from langchain_qwen_fast._core import engine
     from tests.support.fake_vllm import NO_TOKENIZER, ToyTokenizer, status
 
     class OtherModels(ToyTokenizer):
         def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
             return [self.Encoding([i + 1 for i in toy_tokenize(t)]) for t in texts]
 
-    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: OtherModels())
+    monkeypatch.setattr(engine, "load_tokenizer", lambda path: OtherModels())
     fake = FakeVLLM()
     fake.fail("/tokenize", status(400, message=NO_TOKENIZER))  # the first sample meets a replica without one
     with pytest.raises(QwenFastError, match="does not match the server's"):

@@ -537,10 +537,10 @@ def test_setup_learns_that_the_server_takes_one_prompt_a_request() -> None:
 async def test_one_prompt_a_request_gives_the_list_paths_results(
     settings: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from langchain_qwen_fast import classifiers
+    from langchain_qwen_fast._core import engine
     from tests.support.fake_vllm import ToyTokenizer
 
-    monkeypatch.setattr(classifiers, "_load_tokenizer", lambda path: ToyTokenizer())
+    monkeypatch.setattr(engine, "load_tokenizer", lambda path: ToyTokenizer())
     texts = [*headlines(40), "Cup final tonight"]
     listed, single = FakeVLLM(), FakeVLLM(takes_prompt_lists=False)
     want = make(listed, **settings).batch(texts)

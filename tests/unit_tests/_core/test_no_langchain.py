@@ -29,3 +29,31 @@ def test_importing_the_core_imports_no_langchain() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_the_core_imports_no_public_module_but_errors() -> None:
+    """``_core`` is the bottom layer: what it needs of the package lives in it, except the
+    error types (every import, at the top of a module or inside a function, is read)."""
+    import ast
+    from pathlib import Path
+
+    allowed = ("langchain_qwen_fast._core", "langchain_qwen_fast.errors")
+    found = []
+    for path in sorted(Path(langchain_qwen_fast._core.__path__[0]).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = (
+                    [node.module]
+                    if node.module != "langchain_qwen_fast"
+                    else [f"{node.module}.{a.name}" for a in node.names]
+                )
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found += [
+                f"{path.name}: {name}"
+                for name in names
+                if name.split(".")[0] == "langchain_qwen_fast" and not name.startswith(allowed)
+            ]
+    assert found == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 from typing import Any
@@ -13,7 +14,7 @@ from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast._core.processes import MIN_ITEMS_PER_PROCESS, ClientProcesses, merge, processes_for, shares
 from langchain_qwen_fast.caches import InMemoryCache
 from langchain_qwen_fast.errors import ContextLengthError, LabelParseError, QwenFastError, ServerStatusError
-from tests.support.echo_worker import DIE_ON, EchoClassifier
+from tests.support.echo_worker import DIE_ON, EchoEngine
 
 
 def test_shares_cover_every_item_once_in_order() -> None:
@@ -47,7 +48,7 @@ async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
     import signal
     import time
 
-    pool = ClientProcesses(EchoClassifier, {}, processes=2)
+    pool = ClientProcesses(EchoEngine, processes=2)
     try:
         texts = [f"t{i}" for i in range(11)]
         results, lost = merge(len(texts), pool.classify(texts, in_flight=9, parts=2))
@@ -75,7 +76,7 @@ async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
 
 
 def test_repr_shows_no_configuration() -> None:
-    pool = ClientProcesses(EchoClassifier, {"api_key": "sk-secret"}, processes=2)
+    pool = ClientProcesses(functools.partial(EchoEngine, api_key="sk-secret"), processes=2)
     assert "sk-secret" not in repr(pool) and "api_key" not in repr(pool)
 
 

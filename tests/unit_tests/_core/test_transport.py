@@ -20,7 +20,15 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
-from langchain_qwen_fast._core.transport import RetryPolicy, Transport, adrive, drive, parse_retry_after
+from langchain_qwen_fast._core.transport import (
+    AiohttpStack,
+    HttpxStack,
+    RetryPolicy,
+    Transport,
+    adrive,
+    drive,
+    parse_retry_after,
+)
 from langchain_qwen_fast.errors import is_retryable_status
 from tests.support.fake_vllm import FakeVLLM, UnixServer, raw, reset, status, timeout
 
@@ -226,9 +234,9 @@ def unix_fake() -> Generator[tuple[FakeVLLM, UnixServer], None, None]:
 
 def on_aiohttp(server: UnixServer, urls: Any = "http://t.test/v1", **kwargs: Any) -> Transport:
     settings: dict[str, Any] = {"api_key": "sk-unix", "timeout": 5, "retry": FAST, **kwargs}
-    t = Transport(urls, aiohttp_connector=server.connector, **settings)
-    t.use_aiohttp()
-    assert t.aiohttp
+    t = Transport(urls, **settings)
+    t.use_stack(t.aiohttp_stack(server.connector))
+    assert isinstance(t.stack, AiohttpStack)
     return t
 
 
@@ -237,10 +245,9 @@ def completion(text: str) -> tuple[str, str, Any]:
     return ("POST", "completions", body)
 
 
-def test_use_aiohttp_changes_nothing_with_an_http_transport() -> None:
+def test_a_transport_sends_through_httpx_until_told_otherwise() -> None:
     t = transport(lambda request: httpx.Response(200, json={}))
-    t.use_aiohttp()
-    assert not t.aiohttp
+    assert isinstance(t.stack, HttpxStack) and t.stack is t.httpx
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

@@ -1,4 +1,4 @@
-"""The service's grouping of single texts (pure asyncio, a stand-in classifier whose calls wait
+"""The service's grouping of single texts (pure asyncio, a stand-in engine whose calls wait
 for the test): group slots, what queues while they are busy, each caller's own answer."""
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ class Plan:
 
 @dataclass
 class HeldClassifier:
-    """Each ``abatch`` call is recorded and waits until the test releases it."""
+    """Each ``aclassify`` call is recorded (with its requests in flight) and waits until the
+    test releases it."""
 
     replica_count: int = 1
     takes_prompt_lists: bool = True
-    calls: list[tuple[list[str], dict[str, Any]]] = field(default_factory=list)
+    calls: list[tuple[list[str], int]] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def aprepare(self) -> Plan:
         return Plan(self.takes_prompt_lists)
 
-    async def abatch(self, values: list[str], config: dict[str, Any], *, return_exceptions: bool) -> list[Any]:
-        assert return_exceptions
-        self.calls.append((values, config))
+    async def aclassify(self, values: list[str], *, max_concurrency: int) -> list[Any]:
+        self.calls.append((values, max_concurrency))
         await self.release.wait()
         return [ValueError(v) if v.startswith("bad") else f"label of {v}" for v in values]
 
@@ -75,7 +75,7 @@ async def test_the_default_slots_follow_the_replicas_and_a_group_is_one_request_
     classifier.release.set()
     assert await asyncio.gather(*tasks) == [f"label of t{k}" for k in range(len(tasks))]
     assert [len(values) for values, _ in classifier.calls] == [1] * (3 * GROUPS_IN_FLIGHT_PER_REPLICA) + [5]
-    assert all(config == {"max_concurrency": 1} for _, config in classifier.calls)
+    assert all(in_flight == 1 for _, in_flight in classifier.calls)
 
 
 @pytest.mark.parametrize(("lists", "group", "requests"), [(True, 300, 3), (False, 300, 300)])
@@ -92,8 +92,8 @@ async def test_a_group_goes_in_requests_of_at_most_128_or_one_a_text(lists: bool
     await settle()
     classifier.release.set()
     await asyncio.gather(blocker, *tasks)
-    values, config = classifier.calls[-1]
-    assert len(values) == group and config == {"max_concurrency": requests}
+    values, in_flight = classifier.calls[-1]
+    assert len(values) == group and in_flight == requests
 
 
 async def test_max_wait_lets_a_first_text_wait_for_company() -> None:

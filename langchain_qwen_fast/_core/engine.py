@@ -1,0 +1,425 @@
+"""The classifier's engine: everything between a list of inputs and their results.
+
+It holds the transport and the request procedure, learns the plans once from the server and
+keeps them, decides how many requests go in flight and how many prompts go in each, drives
+the procedure with blocking or async I/O, spreads a large batch over client processes, and
+cuts a batch into the parts ``batch_as_completed`` yields. It imports no LangChain: the
+``QwenClassifier`` facade, the HTTP service and the jobs all call it, and a client worker
+process builds one from :class:`EngineSettings` alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_qwen_fast._core.caches import ClassificationCache
+from langchain_qwen_fast._core.classification import text_of
+from langchain_qwen_fast._core.procedure import Node, Procedure, Rules, batch_size_for
+from langchain_qwen_fast._core.processes import ClientProcesses, merge, processes_for
+from langchain_qwen_fast._core.prompting import ClassifierPlan, LabelSet
+from langchain_qwen_fast._core.transport import RetryPolicy, Transport, adrive, drive
+from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, MissingDependencyError
+
+#: Requests in flight per replica by default: enough that a server always has the next
+#: requests queued while the client builds and parses others; more only wait in the server's
+#: queue (the sweeps behind the choice: docs/performance.md).
+MAX_CONCURRENCY_PER_REPLICA = 8
+#: The same for a server that takes one prompt a request (vLLM's Rust frontend): every prompt
+#: is a request of its own, so as many are in flight as a grouped load has prompts in flight.
+ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA = 256
+#: ``ainvoke`` calls that do their set-up at once, at the least: a thousand simultaneous calls
+#: would otherwise all build their requests before any awaited the network, holding the loop.
+_MIN_AINVOKE_GATE = 16
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything an engine is made of; what a client worker process is sent to build its own
+    (there ``cache`` and ``http_transport`` are None: they cannot travel)."""
+
+    base_urls: tuple[str, ...]
+    model: str
+    mode: Literal["generate", "head"]
+    #: label sets by hierarchy node (a flat classifier has only the top node)
+    label_sets: Mapping[Node, LabelSet]
+    rules: Rules
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    timeout: float = 30.0
+    max_retries: int = 3
+    retry_deadline: float = 60.0
+    #: prompts per request; None: picked per call (:func:`batch_size_for`)
+    batch_size: int | None = None
+    #: requests in flight; None: :meth:`Engine.max_concurrency`'s default
+    max_concurrency: int | None = None
+    tokenizer_path: str | None = None
+    cache: ClassificationCache | None = None
+    #: an ``httpx`` transport instead of the network (tests, custom TLS or proxies)
+    http_transport: Any = None
+    client_processes: int = 1
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a batch that ``batch_as_completed`` classifies on its own: the inputs in
+    ``span``, with ``max_concurrency`` requests in flight (None: the call's)."""
+
+    span: range
+    max_concurrency: int | None
+
+
+class Engine:
+    """Classifies inputs on vLLM servers: see the module docstring. Thread-safe; usable from
+    any number of event loops."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        if settings.client_processes > 1:
+            stay = [name for name in ("cache", "http_transport") if getattr(settings, name) is not None]
+            if stay:
+                raise ConfigurationError(
+                    f"client_processes={settings.client_processes} classifies in other processes, where "
+                    f"{stay[0]} cannot go; use one or the other"
+                )
+        self.settings = settings
+        urls = list(settings.base_urls)
+        self._transport = Transport(
+            urls,
+            api_key=settings.api_key,
+            timeout=settings.timeout,
+            retry=RetryPolicy(max_attempts=settings.max_retries + 1, deadline=settings.retry_deadline),
+            # Room for the most requests in flight of either kind of server: connections are
+            # opened only as requests need them.
+            pool_size=max(settings.max_concurrency or 0, ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA * len(urls)),
+            http_transport=settings.http_transport,
+        )
+        tokenizer = load_tokenizer(settings.tokenizer_path) if settings.tokenizer_path is not None else None
+        self._procedure = Procedure(
+            model=settings.model,
+            mode=settings.mode,
+            batch_size=settings.batch_size,
+            rules=settings.rules,
+            label_sets=settings.label_sets,
+            tokenizer=tokenizer,
+            tokenizer_path=settings.tokenizer_path,
+            cache=settings.cache,
+            servers=tuple(self._transport.base_urls),
+        )
+        self._plans: dict[Node, ClassifierPlan] | None = None
+        self._plan_lock = threading.Lock()
+        self._aplan_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._ainvoke_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, asyncio.Semaphore]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._processes: ClientProcesses | None = None
+        if settings.client_processes > 1:
+            worker = dataclasses.replace(settings, client_processes=1)
+            self._processes = ClientProcesses(functools.partial(Engine, worker), settings.client_processes)
+
+    def __repr__(self) -> str:
+        return f"Engine(model={self.settings.model!r}, base_urls={list(self.settings.base_urls)!r})"
+
+    @property
+    def replica_count(self) -> int:
+        """The vLLM servers (replicas) requests are spread over."""
+        return self._transport.replicas.count
+
+    # -- set-up: learnt once from the server ------------------------------------------------
+    def plans(self) -> dict[Node, ClassifierPlan]:
+        """Every hierarchy node's plan, learnt from the server on first use; raises what the
+        set-up ran into (and tries again on the next call)."""
+        if self._plans is None:
+            with self._plan_lock:
+                if self._plans is None:
+                    plans = drive(self._transport, self._procedure.setup_steps(), self.max_concurrency())
+                    self._plans = self._fit_transport(plans)
+        return self._plans
+
+    async def aplans(self) -> dict[Node, ClassifierPlan]:
+        """Async :meth:`plans`."""
+        if self._plans is None:
+            lock = self._aplan_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+            async with lock:
+                if self._plans is None:
+                    plans = await adrive(self._transport, self._procedure.setup_steps(), self.max_concurrency())
+                    self._plans = self._fit_transport(plans)
+        return self._plans
+
+    def _fit_transport(self, plans: dict[Node, ClassifierPlan]) -> dict[Node, ClassifierPlan]:
+        """``plans``, with the transport's HTTP stack fitted to the server they were learnt
+        from: where it takes one prompt a request, many small requests go in flight, and
+        aiohttp sends those at a fraction of httpx's CPU a request."""
+        if not plans[()].takes_prompt_lists and not self._transport.custom_http_transport:
+            self._transport.use_stack(self._transport.aiohttp_stack())
+        return plans
+
+    def prepare(self) -> ClassifierPlan:
+        """Do the set-up now and return the top level's plan; with client processes, also
+        start the workers and set each one up."""
+        plan = self.plans()[()]
+        if self._processes is not None:
+            self._processes.prepare()
+        return plan
+
+    async def aprepare(self) -> ClassifierPlan:
+        """Async :meth:`prepare`."""
+        plan = (await self.aplans())[()]
+        if self._processes is not None:
+            await asyncio.to_thread(self._processes.prepare)
+        return plan
+
+    def try_setup(self) -> None:
+        """The set-up, done now where it can be, before the requests in flight are counted
+        (their default depends on what it learns); its failure reaches each item later."""
+        with contextlib.suppress(Exception):
+            self.plans()
+
+    async def atry_setup(self) -> None:
+        """Async :meth:`try_setup`."""
+        with contextlib.suppress(Exception):
+            await self.aplans()
+
+    # -- how much at once ---------------------------------------------------------------------
+    @property
+    def one_prompt_server(self) -> bool:
+        """Whether the set-up, once done, found a server that takes one prompt a request."""
+        return self._plans is not None and not self._plans[()].takes_prompt_lists
+
+    def max_concurrency(self, requested: int | None = None) -> int:
+        """Requests in flight: ``requested``, else the settings', else
+        ``MAX_CONCURRENCY_PER_REPLICA`` for each replica (``ONE_PROMPT_...`` once the set-up
+        found a server that takes one prompt a request)."""
+        if requested or self.settings.max_concurrency:
+            return int(requested or self.settings.max_concurrency or 1)
+        per_replica = ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA if self.one_prompt_server else MAX_CONCURRENCY_PER_REPLICA
+        return per_replica * self.replica_count
+
+    def ainvoke_gate(self) -> asyncio.Semaphore:
+        """The calling event loop's gate for single-input async calls: at most a batch's worth
+        of them do their set-up at once. A gate made before the set-up learnt that the server
+        takes one prompt a request gives way to a wider one."""
+        loop = asyncio.get_running_loop()
+        size = max(_MIN_AINVOKE_GATE, self.max_concurrency())
+        known = self._ainvoke_gates.get(loop)
+        if known is None or known[0] != size:
+            known = self._ainvoke_gates[loop] = (size, asyncio.Semaphore(size))
+        return known[1]
+
+    def parts(self, count: int, max_concurrency: int | None = None) -> tuple[list[Part], int]:
+        """How ``batch_as_completed`` cuts ``count`` inputs (parts of ``batch_size`` inputs)
+        and how many parts run at once. Against a server that takes one prompt a request,
+        each part's prompts are requests of their own: the parts running at once share the
+        requests in flight between them."""
+        in_flight = self.max_concurrency(max_concurrency)
+        size = self.settings.batch_size or batch_size_for(count, in_flight)
+        spans = [range(start, min(start + size, count)) for start in range(0, count, size)]
+        at_once = max(1, min(in_flight, len(spans)))
+        share = max(1, in_flight // at_once) if self.one_prompt_server else None
+        return [Part(span, share) for span in spans], at_once
+
+    # -- classification ---------------------------------------------------------------------
+    def classify(
+        self,
+        inputs: Sequence[Any],
+        *,
+        max_concurrency: int | None = None,
+        batch_size: int | None = None,
+        examples: Sequence[str | Exception] | None = None,
+    ) -> list[Any]:
+        """Each input's ``Classification`` or the exception it ended with, in input order.
+        ``examples``: each input's selected examples, rendered. A large batch without a fixed
+        ``batch_size`` or examples is spread over the client processes, if any."""
+        inputs = list(inputs)
+        if not inputs:
+            return []
+        shares = self._shares(inputs, batch_size, examples)
+        if shares is None:
+            return self._classify_here(inputs, max_concurrency, batch_size, examples)
+        self.try_setup()
+        outcomes = shares.pool.classify(shares.texts, self.max_concurrency(max_concurrency), shares.parts)
+        lost = shares.lost_inputs(outcomes)
+        return shares.results(self._classify_here(lost, max_concurrency, None, None) if lost else [])
+
+    async def aclassify(
+        self,
+        inputs: Sequence[Any],
+        *,
+        max_concurrency: int | None = None,
+        batch_size: int | None = None,
+        examples: Sequence[str | Exception] | None = None,
+    ) -> list[Any]:
+        """Async :meth:`classify`."""
+        inputs = list(inputs)
+        if not inputs:
+            return []
+        shares = self._shares(inputs, batch_size, examples)
+        if shares is None:
+            return await self._aclassify_here(inputs, max_concurrency, batch_size, examples)
+        await self.atry_setup()
+        outcomes = await shares.pool.aclassify(shares.texts, self.max_concurrency(max_concurrency), shares.parts)
+        lost = shares.lost_inputs(outcomes)
+        return shares.results(await self._aclassify_here(lost, max_concurrency, None, None) if lost else [])
+
+    def _classify_here(
+        self,
+        inputs: list[Any],
+        max_concurrency: int | None,
+        batch_size: int | None,
+        examples: Sequence[str | Exception] | None,
+    ) -> list[Any]:
+        try:
+            plans = self.plans()
+        except Exception as exc:
+            return [exc] * len(inputs)
+        in_flight = self.max_concurrency(max_concurrency)
+        steps = self._procedure.classify_steps(
+            inputs, plans, examples, max_concurrency=in_flight, batch_size=batch_size
+        )
+        return drive(self._transport, steps, in_flight)
+
+    async def _aclassify_here(
+        self,
+        inputs: list[Any],
+        max_concurrency: int | None,
+        batch_size: int | None,
+        examples: Sequence[str | Exception] | None,
+    ) -> list[Any]:
+        try:
+            plans = await self.aplans()
+        except Exception as exc:
+            return [exc] * len(inputs)
+        in_flight = self.max_concurrency(max_concurrency)
+        steps = self._procedure.classify_steps(
+            inputs, plans, examples, max_concurrency=in_flight, batch_size=batch_size
+        )
+        return await adrive(self._transport, steps, in_flight)
+
+    def _shares(
+        self, inputs: list[Any], batch_size: int | None, examples: Sequence[str | Exception] | None
+    ) -> _Shares | None:
+        """The batch cut into shares for the client processes; None: it runs here (no client
+        processes, a fixed batch size, examples chosen per input, or too few items)."""
+        if self._processes is None or batch_size is not None or examples is not None:
+            return None
+        parts = processes_for(len(inputs), self.settings.client_processes)
+        return _Shares(self._processes, parts, inputs) if parts > 1 else None
+
+    def close(self) -> None:
+        """Close the pooled connections and stop any client processes (both come back on
+        next use)."""
+        self._transport.close()
+        if self._processes is not None:
+            self._processes.close()
+
+    async def aclose(self) -> None:
+        """Close this event loop's pooled async connections."""
+        await self._transport.aclose()
+
+
+def run_parts(parts: Sequence[Part], at_once: int, run: Callable[[Part], list[Any]]) -> Iterator[tuple[int, Any]]:
+    """``(index, result)`` for every input of ``parts`` as each part lands, ``at_once`` parts
+    running at a time on threads; ``run`` classifies one part."""
+    with ThreadPoolExecutor(at_once, thread_name_prefix="qwen-fast-part") as pool:
+        futures = {pool.submit(run, part): part for part in parts}
+        for future in as_completed(futures):
+            start = futures[future].span.start
+            for offset, result in enumerate(future.result()):
+                yield start + offset, result
+
+
+async def arun_parts(
+    parts: Sequence[Part], at_once: int, run: Callable[[Part], Awaitable[list[Any]]]
+) -> AsyncIterator[tuple[int, Any]]:
+    """Async :func:`run_parts`: the parts are tasks, ``at_once`` of them classifying at a time."""
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(part: Part) -> tuple[Part, list[Any]]:
+        async with gate:
+            return part, await run(part)
+
+    tasks = [asyncio.ensure_future(one(part)) for part in parts]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            part, results = await next_done
+            for offset, result in enumerate(results):
+                yield part.span.start + offset, result
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def load_tokenizer(path: str) -> Any:
+    """The ``tokenizers`` tokenizer at ``path`` (a directory holding ``tokenizer.json``, or
+    the file), with errors that name the path."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise MissingDependencyError("tokenizer_path needs the tokenizers package: pip install tokenizers") from None
+    file = Path(path)
+    if file.is_dir():
+        file = file / "tokenizer.json"
+    if not file.is_file():
+        raise ConfigurationError(f"tokenizer_path: no tokenizer.json at {path}")
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:
+        raise ConfigurationError(f"tokenizer_path: cannot load {file}: {exc}") from None
+
+
+class _Shares:
+    """A batch spread over the client processes: the valid inputs' texts go to the workers
+    (each invalid input keeps its error), and the texts of a share whose worker died are
+    classified here."""
+
+    def __init__(self, pool: ClientProcesses, parts: int, inputs: list[Any]) -> None:
+        self.pool = pool
+        self.parts = parts
+        self.inputs = inputs
+        #: the valid inputs' texts, and each one's place in the batch
+        self.texts: list[str] = []
+        self.places: list[int] = []
+        self._results: list[Any] = [None] * len(inputs)
+        for i, value in enumerate(inputs):
+            try:
+                self.texts.append(text_of(value))
+                self.places.append(i)
+            except InvalidInputError as exc:
+                self._results[i] = exc
+        self._shared: list[Any] = []
+        self._lost: list[int] = []
+
+    def lost_inputs(self, outcomes: Sequence[list[Any] | None]) -> list[Any]:
+        """Take the workers' outcomes (one per share, None for a lost one); the inputs of the
+        lost shares, to classify here."""
+        self._shared, self._lost = merge(len(self.texts), outcomes)
+        return [self.inputs[self.places[i]] for i in self._lost]
+
+    def results(self, redone: Sequence[Any]) -> list[Any]:
+        """Every input's result or error in its place, with ``redone`` (the results of
+        :meth:`lost_inputs`) for the lost shares' texts."""
+        again = dict(zip(self._lost, redone, strict=True))
+        for i, (place, result) in enumerate(zip(self.places, self._shared, strict=True)):
+            self._results[place] = again.get(i, result)
+        return self._results
+
+
+__all__ = [
+    "MAX_CONCURRENCY_PER_REPLICA",
+    "ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA",
+    "Engine",
+    "EngineSettings",
+    "Part",
+    "arun_parts",
+    "load_tokenizer",
+    "run_parts",
+]
