@@ -14,17 +14,20 @@ DESCRIPTION = """\
 Evaluate a classifier set-up on a labelled file before routing traffic with it, and calibrate
 its probabilities.
 
-    qwen-fast eval data.csv --base-url http://127.0.0.1:8000/v1              # AG News layout
+    qwen-fast eval data.csv --base-url http://127.0.0.1:8000/v1
+    qwen-fast eval ag_news.csv --label-map 1=World,2=Sports,3=Business,4=Sci/Tech
     qwen-fast eval data.jsonl --mode head --model qwen3-cls \\
         --labels World Sports Business Sci/Tech --limit 1000 --out out/eval
     qwen-fast eval val.csv --classifier models/news --calibrate --target-accuracy 0.98 --save-calibration
 
-Input: CSV or JSONL. AG News's CSV layout (no header: class index 1-4, title, description) is
+Input: CSV or JSONL. AG News's CSV layout (no header: class index, title, description) is
 read as is; otherwise a header (CSV) or keys (JSONL) with a text column (or title and
 description) and a label column. --label-map maps the file's label values to the classifier's
-labels (1=World,2=Sports or a JSON object); by default AG News's indices map to World, Sports,
-Business, Sci/Tech. --classifier DIR evaluates a saved classifier (qwen-fast train's output,
-or QwenClassifier.save): its labels, mode and prompt.
+labels (1=World,2=Sports or a JSON object); a file whose labels are all numbers needs one (or
+--labels naming the numbers themselves). --classifier DIR evaluates a saved classifier
+(qwen-fast train's output, or QwenClassifier.save): its labels, mode and prompt. Without it,
+the label set is --labels, else the file's labels, sorted; --mode head needs --labels, in the
+head's class order.
 
 Reports accuracy and macro-F1 with bootstrap 95 % intervals, per-class precision/recall/F1,
 the confusion matrix (table and PNG), expected calibration error, throughput, and
@@ -43,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", help="the vLLM server (default: the saved one, else http://127.0.0.1:8000/v1)")
     p.add_argument("--model", help="served model name (default: the saved one, else qwen3)")
     p.add_argument("--mode", choices=["generate", "head"])
-    p.add_argument("--labels", nargs="+", help="without --classifier (default: AG News's four)")
+    p.add_argument("--labels", nargs="+", help="label set without --classifier (default: the file's, sorted)")
     add_labelled_file_arguments(p, "labelled CSV or JSONL")
     p.add_argument("--limit", type=int, help="only the first N items")
     p.add_argument("--batch-size", type=int, help="prompts per request (default: %(default)s)")

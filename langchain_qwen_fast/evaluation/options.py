@@ -1,5 +1,5 @@
 """What ``qwen-fast eval`` does: :class:`EvalOptions`, one typed record with one field per
-option, and the rule about options that cannot work together.
+option, and the rules about options that cannot work together.
 
 Light on purpose (no LangChain, no scikit-learn): the command takes its defaults from here when
 it builds its parser.
@@ -25,7 +25,8 @@ class EvalOptions:
     #: the served model name (None: the saved classifier's, else the classifier's default)
     model: str | None = None
     mode: Literal["generate", "head"] = "generate"
-    #: the label set without ``classifier`` (None: AG News's four)
+    #: the label set without ``classifier`` (None: the file's labels, sorted; ``head`` mode
+    #: needs them given, in the head's class order)
     labels: list[str] | None = None
     #: only the first N items
     limit: int | None = None
@@ -49,3 +50,6 @@ class EvalOptions:
         """Raise :class:`ConfigurationError` for options that cannot work together."""
         if self.save_calibration and not (self.calibrate and self.classifier):
             raise ConfigurationError("--save-calibration needs --calibrate and --classifier")
+        if self.mode == "head" and not (self.classifier or self.labels):
+            # A head answers by class index: the file's labels, sorted, need not be its order.
+            raise ConfigurationError("--mode head needs the head's labels in class order: --labels or --classifier")

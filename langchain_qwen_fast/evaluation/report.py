@@ -7,6 +7,7 @@ classifier; :func:`render_report` is the report as text."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -20,7 +21,6 @@ from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.evaluation.metrics import classification_metrics
 from langchain_qwen_fast.evaluation.options import EvalOptions
 from langchain_qwen_fast.evaluation.plots import plot_calibration, plot_confusion
-from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 from langchain_qwen_fast.training.data import LabelledFile
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ def _round(value: float | None) -> float | None:
 
 
 def classifier_for(options: EvalOptions, **overrides: Any) -> QwenClassifier:
-    """The classifier ``options`` describe: a saved one (``classifier``) or one from the options."""
+    """The classifier ``options`` describe: a saved one (``classifier``) or one from the options
+    (:class:`ConfigurationError` when they give no label set)."""
     from langchain_qwen_fast.classifiers import QwenClassifier
 
     settings: dict[str, Any] = {"batch_size": options.batch_size}
@@ -76,7 +77,9 @@ def classifier_for(options: EvalOptions, **overrides: Any) -> QwenClassifier:
     settings.update(overrides)
     if options.classifier:
         return QwenClassifier.load(options.classifier, **settings)
-    return QwenClassifier(labels=options.labels or list(AG_NEWS_LABELS), mode=options.mode, **settings)
+    if not options.labels:
+        raise ConfigurationError("a classifier needs a label set: give labels or a saved classifier")
+    return QwenClassifier(labels=options.labels, mode=options.mode, **settings)
 
 
 def fit_calibration(
@@ -141,6 +144,9 @@ def evaluate(data: LabelledFile, options: EvalOptions) -> dict[str, Any]:
     options.check()
     data.check()  # before the classifier (and LangChain) loads
     require_extra("eval", *_EVAL_MODULES, what="evaluation")
+    if not options.classifier and not options.labels:
+        # No label set given: the file's own labels, read as training reads them.
+        options = dataclasses.replace(options, labels=data.read()[1])
     # Calibration is fitted on raw scores: no earlier temperature, no abstention.
     raw = {"temperature": 1.0, "abstain_below": None} if options.calibrate else {}
     classifier = classifier_for(options, **raw)

@@ -87,13 +87,14 @@ class TextSource:
 
     column: str = "text"
 
-    def of(self, cells: dict[str, Any]) -> tuple[Any, str | None]:
-        """The value to classify and, when there is none, why."""
+    def of(self, cells: dict[str, Any], noun: str = "column") -> tuple[Any, str | None]:
+        """The value to classify and, when there is none, why (naming the row's columns, or
+        its keys with ``noun="key"``)."""
         if self.column in cells:
             return cells[self.column], None
         if "title" in cells or "description" in cells:
             return f"{cells.get('title') or ''}. {cells.get('description') or ''}", None
-        return None, f"has no {self.column!r} column (nor title and description)"
+        return None, f"has no {self.column!r} {noun} (nor title and description); {noun}s: {list(cells)}"
 
 
 class TableReader:
@@ -256,9 +257,9 @@ class TableReader:
         if not isinstance(value, dict):
             kind = type(value).__name__
             return InputRow(place, {self.text.column: decoded}, problem=f"is JSON {kind}, not an object")
-        text, missing = self.text.of(value)
+        text, missing = self.text.of(value, noun="key")
         if missing:
-            problems.append(missing.replace("column", "key"))
+            problems.append(missing)
         return InputRow(place, value, text, "; ".join(problems) or None)
 
     # -- Parquet ----------------------------------------------------------------------------

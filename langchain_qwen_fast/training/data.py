@@ -1,10 +1,12 @@
 """Labelled files, read one way by ``qwen-fast eval`` and ``qwen-fast train``.
 
-CSV or JSONL. AG News's CSV layout (no header: class index 1-4, title, description) is read as
+CSV or JSONL. AG News's CSV layout (no header: class index, title, description) is read as
 is; otherwise a header (CSV) or keys (JSONL) with a text column (or title and description)
 and a label column. A label map turns the file's label values into the classifier's labels
-(``1=World,2=Sports`` or a JSON object); AG News's indices map to World, Sports, Business,
-Sci/Tech by default.
+(``1=World,2=Sports`` or a JSON object). Labels are the file's own strings: a file whose labels
+are all numbers (class indices, as AG News's are) needs a label map that names them, or the
+numbers given as the label set, since a number says nothing to a classifier that asks a model
+which label fits.
 
 Multi-label files (:class:`LabelLists`, ``qwen-fast train`` only) hold a list of labels per
 row: a JSON list in JSONL, or a cell of labels joined with a separator (``|`` by default) in
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
-from langchain_qwen_fast.testing.samples import AG_NEWS_INDEX, AG_NEWS_LABELS
 
 #: A labelled item: (text, label), or (text, labels) in multi-label data.
 LabelledItem = tuple[str, str | Sequence[str]]
@@ -95,7 +96,11 @@ def read_rows(path: str | Path, text_column: str = "text", label_column: str = "
 
     if path.suffix == ".jsonl":
         lines = enumerate(path.read_text().splitlines(), 1)
-        return [_jsonl_item(path, number, line, text_of, label_column) for number, line in lines if line.strip()]
+        return [
+            _jsonl_item(path, number, line, text_of, text_column, label_column)
+            for number, line in lines
+            if line.strip()
+        ]
     with path.open(newline="") as f:
         table = list(csv.reader(f))
     if table and table[0] and table[0][0].strip().isdigit():  # AG News: index, title, description
@@ -103,21 +108,41 @@ def read_rows(path: str | Path, text_column: str = "text", label_column: str = "
     if not table:
         raise DataFileError(f"{path} is empty")
     header, *body = table
-    if label_column not in header:
-        raise DataFileError(f"{path} has no {label_column!r} column (columns: {header})")
+    missing = _missing_columns(header, text_column, label_column)
+    if missing:
+        raise DataFileError(f"{path} has no {missing} column; its columns: {header}")
     return [(text_of(dict(zip(header, r))), r[header.index(label_column)]) for r in body]
 
 
+def _missing_columns(names: Sequence[str], text_column: str, label_column: str) -> str | None:
+    """What ``names`` (a header's columns, a JSONL line's keys) lack, as an error names it:
+    the label column, or the text column and the title and description that stand in for it."""
+    lacking = []
+    if label_column not in names:
+        lacking.append(f"{label_column!r}")
+    if text_column not in names and "title" not in names and "description" not in names:
+        lacking.append(f"{text_column!r} (nor title and description)")
+    return " and no ".join(lacking) or None
+
+
 def _jsonl_item(
-    path: Path, number: int, line: str, text_of: Callable[[dict[str, Any]], str], label_column: str
+    path: Path,
+    number: int,
+    line: str,
+    text_of: Callable[[dict[str, Any]], str],
+    text_column: str,
+    label_column: str,
 ) -> tuple[str, Any]:
     """Line ``number`` of a JSONL file as (text, raw label value)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DataFileError(f"{path}:{number} is not JSON: {exc}") from None
-    if not isinstance(row, dict) or label_column not in row:
-        raise DataFileError(f"{path}:{number} has no {label_column!r} key")
+    if not isinstance(row, dict):
+        raise DataFileError(f"{path}:{number} is JSON {type(row).__name__}, not an object with a {label_column!r} key")
+    missing = _missing_columns(list(row), text_column, label_column)
+    if missing:
+        raise DataFileError(f"{path}:{number} has no {missing} key; its keys: {list(row)}")
     label = row[label_column]
     return text_of(row), [str(x) for x in label] if isinstance(label, list) else str(label)
 
@@ -131,8 +156,9 @@ def labelled_items(
     label_column: str = "label",
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """The file's (text, label) pairs with labels mapped, and the label set: ``labels`` when
-    given, AG News's four for a file of AG News indices, else the file's labels sorted.
-    :class:`DataFileError` names labels in the file that the label set lacks."""
+    given, else the file's (mapped) labels sorted. :class:`DataFileError` names labels in the
+    file that the label set lacks, and says how to name them when they are all numbers and
+    neither a label map nor the label set is given."""
     rows = read_labelled(path, text_column, label_column)
     mapping, names = _label_set(path, {label for _, label in rows}, labels, label_map)
     return [(text, mapping.get(label, label)) for text, label in rows], names
@@ -181,18 +207,26 @@ def is_multi_label(items: Sequence[LabelledItem]) -> bool:
 def _label_set(
     path: str | Path, raw: set[str], labels: Sequence[str] | None, label_map: str | None
 ) -> tuple[dict[str, str], list[str]]:
-    """The label map to apply and the label set: ``labels`` when given, AG News's four for a
-    file of AG News indices, else the file's mapped labels sorted. :class:`DataFileError`
-    names labels in the file that the label set lacks."""
+    """The label map to apply and the label set: ``labels`` when given, else the file's mapped
+    labels sorted. :class:`DataFileError` names labels in the file that the label set lacks,
+    and refuses a file of numbers for labels with neither a label map nor ``labels``."""
     mapping = parse_label_map(label_map)
-    default: list[str] | None = None
-    if not mapping and (labels is None or tuple(labels) == AG_NEWS_LABELS) and raw <= set(AG_NEWS_INDEX):
-        mapping, default = dict(AG_NEWS_INDEX), list(AG_NEWS_LABELS)
+    if not mapping and not labels and raw and all(label.isdigit() for label in raw):
+        numbers = sorted(raw, key=int)
+        example = ",".join([*(f"{n}=<name>" for n in numbers[:2]), *(["..."] if len(numbers) > 2 else [])])
+        raise DataFileError(
+            f"the labels in {path} are numbers ({', '.join(numbers)}), which tell a classifier nothing: "
+            f"give a label map that names them (--label-map {example}, or label_map= in Python), "
+            f"or keep the numbers by giving them as the label set (--labels {' '.join(numbers)})"
+        )
     mapped = {mapping.get(label, label) for label in raw}
-    names = list(labels) if labels else default or sorted(mapped)
+    names = list(labels) if labels else sorted(mapped)
     unknown = sorted(mapped - set(names))
     if unknown:
-        raise DataFileError(f"labels in {path} that the label set lacks: {unknown}; give a label map")
+        raise DataFileError(
+            f"labels in {path} that the label set lacks: {unknown}; "
+            "give a label map from the file's labels to the label set (--label-map, or label_map= in Python)"
+        )
     return mapping, names
 
 

@@ -54,6 +54,16 @@ def test_defaults_are_the_dataclasses_own() -> None:
     assert options_from(LabelledFile, args) == LabelledFile("d.csv")
 
 
+def test_a_file_of_numbered_labels_is_refused_saying_how_to_name_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = tmp_path / "ag.csv"
+    data.write_text('1,"Summit","Talks."\n2,"Late goal","A win."\n')
+    assert main(["eval", str(data), "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "qwen-fast eval: the labels in" in err and "--label-map 1=<name>,2=<name>" in err
+
+
 def test_saving_a_calibration_without_one_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     data = write_labelled(tmp_path / "d.csv", [("a", "World")])
     assert main(["eval", str(data), "--classifier", "c", "--save-calibration", "--out", str(tmp_path)]) == 1

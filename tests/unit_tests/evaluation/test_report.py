@@ -47,8 +47,10 @@ def test_the_report_holds_the_classifiers_own_answers_and_is_written(
 ) -> None:
     out = tmp_path / "out"
     got = evaluate(data, EvalOptions(out=str(out), limit=20, **QUICK))
+    assert got["labels"] == sorted(LABELS)  # no label set given: the file's, sorted
     items = labelled_news(24, 0)[:20]
-    expected = QwenClassifier(labels=LABELS, base_url=URL, http_transport=fake.transport).batch([t for t, _ in items])
+    classifier = QwenClassifier(labels=sorted(LABELS), base_url=URL, http_transport=fake.transport)
+    expected = classifier.batch([t for t, _ in items])
     assert [p["predicted"] for p in got["predictions"]] == [r.label for r in expected]
     assert [p["truth"] for p in got["predictions"]] == [y for _, y in items]
     assert got["items"] == 20 and got["failed"] == 0 and got["mode"] == "generate"
@@ -86,6 +88,16 @@ def test_saving_a_calibration_without_fitting_one_is_a_configuration_error(data:
 def test_a_missing_file_is_a_data_file_error(tmp_path: Path) -> None:
     with pytest.raises(DataFileError, match="no such file"):
         evaluate(LabelledFile(str(tmp_path / "none.csv")), EvalOptions(out=str(tmp_path)))
+
+
+def test_a_file_of_numbered_labels_needs_a_label_map(fake: FakeVLLM, tmp_path: Path) -> None:
+    path = tmp_path / "ag.csv"
+    path.write_text('3,"Stocks up","Markets rallied."\n2,"Late goal","A win."\n')
+    with pytest.raises(DataFileError, match=r"are numbers \(2, 3\).*--label-map"):
+        evaluate(LabelledFile(str(path)), EvalOptions(out=str(tmp_path), **QUICK))
+    named = LabelledFile(str(path), label_map="1=World,2=Sports,3=Business,4=Sci/Tech")
+    got = evaluate(named, EvalOptions(labels=LABELS, out=str(tmp_path), **QUICK))
+    assert [p["truth"] for p in got["predictions"]] == ["Business", "Sports"] and got["labels"] == LABELS
 
 
 def test_a_file_where_every_item_fails_is_a_configuration_error_naming_the_first_failure(

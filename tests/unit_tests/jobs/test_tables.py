@@ -111,7 +111,7 @@ def test_csv_title_and_description_and_ag_news_layout(tmp_path: Path) -> None:
 def test_csv_without_the_text_column_is_refused_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "in.csv"
     path.write_text("id,body\n1,x\n")
-    with pytest.raises(DataFileError, match="no 'text' column"):
+    with pytest.raises(DataFileError, match=r"no 'text' column .*columns: \['id', 'body'\]"):
         rows_of(path, "csv")
     assert [r.text for r in rows_of(path, "csv", "body")[1]] == ["x"]
 
@@ -132,7 +132,8 @@ def test_jsonl_bad_lines_keep_their_place_and_content(tmp_path: Path) -> None:
     assert reader.columns == ["id", "text", "body", "late"]  # every key of every row
     assert rows[0].problem is None and rows[0].text == "fine"
     assert rows[1].cells == {"text": "not json at all"} and "is not JSON" in (rows[1].problem or "")
-    assert rows[2].cells == {"id": 3, "body": "no text key"} and "no 'text' key" in (rows[2].problem or "")
+    assert rows[2].cells == {"id": 3, "body": "no text key"}
+    assert "no 'text' key (nor title and description); keys: ['id', 'body']" in (rows[2].problem or "")
     assert rows[3].cells["text"] == "caf\ufffd" and "not UTF-8" in (rows[3].problem or "")
     assert "not an object" in (rows[4].problem or "") and rows[4].place == "line 6"
     assert rows[5].text == 7 and rows[5].problem is None  # not text: the job's text check names it

@@ -22,12 +22,30 @@ from langchain_qwen_fast.training.data import (
 )
 
 
-def test_ag_news_layout_maps_indices_to_labels(tmp_path: Path) -> None:
+def test_ag_news_layout_reads_its_indices_through_a_label_map(tmp_path: Path) -> None:
     path = tmp_path / "ag.csv"
     path.write_text('3,"Stocks up","Markets rallied."\n2,"Late goal","A win."\n')
-    items, labels = labelled_items(path)
-    assert labels == list(AG_NEWS_LABELS)
+    items, labels = labelled_items(path, label_map="1=World,2=Sports,3=Business,4=Sci/Tech")
+    assert labels == ["Business", "Sports"]  # the file's labels, mapped, sorted
     assert items == [("Stocks up. Markets rallied.", "Business"), ("Late goal. A win.", "Sports")]
+    assert labelled_items(path, list(AG_NEWS_LABELS), "1=World,2=Sports,3=Business,4=Sci/Tech")[1] == list(
+        AG_NEWS_LABELS
+    )
+
+
+def test_labels_that_are_all_numbers_need_a_label_map_or_the_label_set(tmp_path: Path) -> None:
+    path = tmp_path / "ag.csv"
+    path.write_text('3,"Stocks up","Markets rallied."\n2,"Late goal","A win."\n1,"Summit","Talks."\n')
+    with pytest.raises(
+        DataFileError, match=r"are numbers \(1, 2, 3\).*--label-map 1=<name>,2=<name>,\.\.\..*--labels 1 2 3"
+    ):
+        labelled_items(path)
+    with pytest.raises(DataFileError, match="are numbers"):  # multi-label files too
+        labelled_lists(path)
+    items, labels = labelled_items(path, ["1", "2", "3"])  # given as the label set: kept
+    assert labels == ["1", "2", "3"] and items[0][1] == "3"
+    with pytest.raises(DataFileError, match=r"the label set lacks: \['1', '2', '3'\]; give a label map"):
+        labelled_items(path, list(AG_NEWS_LABELS))
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
@@ -50,11 +68,19 @@ def test_label_map_and_unknown_labels(tmp_path: Path) -> None:
         parse_label_map("1:World")
 
 
-def test_a_missing_label_column_is_named(tmp_path: Path) -> None:
+def test_a_missing_label_or_text_column_names_the_files_columns(tmp_path: Path) -> None:
     path = tmp_path / "d.csv"
     path.write_text("text,category\na,x\n")
-    with pytest.raises(ValueError, match="'label'"):
+    with pytest.raises(DataFileError, match=r"no 'label' column; its columns: \['text', 'category'\]"):
         read_labelled(path)
+    path.write_text("body,label\na,x\n")
+    with pytest.raises(DataFileError, match=r"no 'text' \(nor title and description\) column; its columns: \['body'"):
+        read_labelled(path)
+    assert read_labelled(path, text_column="body") == [("a", "x")]
+    lines = tmp_path / "d.jsonl"
+    lines.write_text('{"body": "a", "label": "x"}\n')
+    with pytest.raises(DataFileError, match=r"d\.jsonl:1 has no 'text' .*its keys: \['body', 'label'\]"):
+        read_labelled(lines)
 
 
 def test_generated_news_is_balanced_reproducible_and_seeded() -> None:
