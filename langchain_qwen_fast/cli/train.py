@@ -8,6 +8,7 @@ import sys
 from langchain_qwen_fast.cli.options import add_labelled_file_arguments, defaults, options_from
 from langchain_qwen_fast.training import LabelledFile, TrainOptions
 from langchain_qwen_fast.training.data import LabelLists, is_multi_label
+from langchain_qwen_fast.training.options import MAX_EPOCHS
 
 DESCRIPTION = """\
 Fine-tune Qwen3 for a label set, into a directory vLLM serves as it is.
@@ -28,10 +29,13 @@ Methods:
   merged weights (serve the directory) or, with --export adapter, a LoRA adapter for
   qwen-fast serve --lora name=DIR (several adapters on one server).
 
-The data is the same CSV/JSONL qwen-fast eval reads (label maps included). A stratified
-validation split is scored (accuracy, macro-F1) after every epoch; training stops early when
-macro-F1 stops improving, and the best epoch is exported. Every epoch writes a checkpoint;
---resume continues from it. bf16 autocast on GPU, fp32 on CPU.
+The data is the same CSV/JSONL qwen-fast eval reads (label maps included; a file whose labels
+are all numbers needs --label-map to name them, or --labels to keep them). A stratified
+validation split is scored (accuracy, macro-F1) after every epoch; training stops once
+macro-F1 has not improved for --patience epochs, or at the --epochs cap, and the best epoch is
+exported. When the best epoch is the last one, validation was still improving: the run had not
+converged, and the command says so (more epochs or a higher learning rate may help). Every
+epoch writes a checkpoint; --resume continues from it. bf16 autocast on GPU, fp32 on CPU.
 
 Multi-label data: a list of labels per row, a JSON list in JSONL (detected) or, with
 --multi-label, a CSV cell of labels joined with --label-separator. A head then has a sigmoid
@@ -61,7 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a list of labels per row (default: yes for a JSONL file whose labels are JSON lists)",
     )
     p.add_argument("--label-separator", help="what joins a CSV cell's labels (default: %(default)s)")
-    p.add_argument("--epochs", type=int, help="default: %(default)s")
+    p.add_argument(
+        "--epochs",
+        type=int,
+        help=f"the most epochs (default: {MAX_EPOCHS}, with validation to stop early; without it, give this)",
+    )
     p.add_argument("--batch-size", type=int, help="default: %(default)s")
     p.add_argument("--learning-rate", type=float, help="default: 3e-5 full fine-tuning, 2e-4 LoRA")
     p.add_argument(
@@ -70,7 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-rank", type=int, help="default: %(default)s")
     p.add_argument("--lora-alpha", type=int, help="default: %(default)s")
     p.add_argument("--val-fraction", type=float, help="validation share (default: %(default)s)")
-    p.add_argument("--patience", type=int, help="epochs without improvement before stopping")
+    p.add_argument(
+        "--patience",
+        type=int,
+        help="epochs without a better validation macro-F1 before stopping (default: %(default)s)",
+    )
     p.add_argument("--seed", type=int)
     p.add_argument("--max-text-tokens", type=int, help="tokens kept per text (default: %(default)s)")
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps in all")
@@ -102,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigurationError, DataFileError) as exc:
         print(f"qwen-fast train: {exc}", file=sys.stderr)
         return 2
+    epochs = len(report["history"])
     done = (
-        f"best epoch {report['best_epoch']}: validation macro-F1 {report['validation_macro_f1']}"
+        f"best epoch {report['best_epoch']} of {epochs}: validation macro-F1 {report['validation_macro_f1']}"
         if report["finished"]
         else f"stopped after {report['steps']} steps (--max-steps; --resume continues)"
     )

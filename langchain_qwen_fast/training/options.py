@@ -15,6 +15,11 @@ from langchain_qwen_fast.errors import ConfigurationError
 Method = Literal["head", "sft"]
 Export = Literal["merged", "adapter", "generate"]
 
+#: The most epochs a run trains when ``epochs`` is not given. Generous on purpose: early stopping
+#: ends a run once validation stops improving, and a cap that cuts a run short while it is still
+#: learning leaves a model that looks trained and is not.
+MAX_EPOCHS = 50
+
 
 @dataclass(frozen=True)
 class TrainOptions:
@@ -24,7 +29,9 @@ class TrainOptions:
     method: Method
     base_model: str
     out: str
-    epochs: int = 3
+    #: the most epochs; None: up to :data:`MAX_EPOCHS`, which needs a validation split (early
+    #: stopping ends the run once validation stops improving, well before the cap as a rule)
+    epochs: int | None = None
     batch_size: int = 16
     #: None: 3e-5 for full fine-tuning, 2e-4 for LoRA
     learning_rate: float | None = None
@@ -55,6 +62,11 @@ class TrainOptions:
     progress: bool = True
 
     @property
+    def epoch_cap(self) -> int:
+        """The most epochs this run trains."""
+        return MAX_EPOCHS if self.epochs is None else self.epochs
+
+    @property
     def uses_lora(self) -> bool:
         """Whether LoRA adapters are trained."""
         return self.method == "sft" if self.lora is None else self.lora
@@ -69,6 +81,8 @@ class TrainOptions:
     def check(self, multi_label: bool = False) -> None:
         """Raise :class:`ConfigurationError` for an export these options cannot make, for
         single- or ``multi_label`` data (checked before any model loads)."""
+        if self.epochs is not None and self.epochs < 1:
+            raise ConfigurationError(f"--epochs must be at least 1, got {self.epochs}")
         if multi_label and self.method == "head" and self.export == "generate":
             raise ConfigurationError(
                 "--export generate is single-label: a multi-label (sigmoid) head is served through /classify"

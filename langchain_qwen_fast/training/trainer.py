@@ -1,8 +1,10 @@
 """The training loop: fine-tune a base model on (text, label) items and export what vLLM serves.
 
 A stratified validation split is scored (accuracy, macro-F1) after every epoch; training stops
-early when macro-F1 stops improving, and the best epoch is exported. Every epoch writes a
-checkpoint that ``resume`` continues from. bf16 autocast on GPU, fp32 on CPU. The output
+when macro-F1 has not improved for ``patience`` epochs (or at the epoch cap), and the best
+epoch is exported. When the best epoch is the last one, validation was still improving: the
+report says the run had not converged (``converged``: False) and the log says so. Every epoch
+writes a checkpoint that ``resume`` continues from. bf16 autocast on GPU, fp32 on CPU. The output
 directory also holds ``training.json`` (options, per-epoch history, samples/s).
 
 Multi-label data (items of (text, labels)): the split is stratified by label combination, each
@@ -45,6 +47,10 @@ _SCORE_NAMES = {
     "micro_f1": "micro-F1",
     "subset_accuracy": "subset accuracy",
 }
+#: The learning rate warms up over one ``_WARMUP_SHARE``-th of the steps of the run's first
+#: ``_WARMUP_EPOCHS`` epochs (of all of them in a shorter run): a short stretch at the start
+#: however high the epoch cap, which early stopping seldom reaches.
+_WARMUP_SHARE, _WARMUP_EPOCHS = 20, 3
 
 
 Item = TypeVar("Item", bound=tuple[str, Any])
@@ -115,7 +121,7 @@ class _Run:
         losses: list[float] = []
         stopped = False
         steps = math.ceil(len(order) / options.batch_size)
-        bar = tqdm(total=steps, desc=f"epoch {number}/{options.epochs}", disable=not options.progress)
+        bar = tqdm(total=steps, desc=f"epoch {number}/{options.epoch_cap}", disable=not options.progress)
         for start in range(0, len(order), options.batch_size):
             if options.max_steps is not None and progress.step >= options.max_steps:
                 stopped = True
@@ -221,34 +227,52 @@ def checked_items(
     return [(t, tuple(sorted(set(y), key=order.__getitem__))) for t, y in items], True
 
 
+def learning_rate_factor(steps_per_epoch: int, epoch_cap: int) -> Callable[[int], float]:
+    """The schedule, as a factor of the learning rate at each step: a linear warm-up, then a
+    linear decay that reaches zero at the epoch cap. It follows the cap, not ``max_steps``: a
+    run stopped early and resumed trains exactly as one that was never stopped."""
+    total = steps_per_epoch * epoch_cap
+    warmup = max(1, steps_per_epoch * min(epoch_cap, _WARMUP_EPOCHS) // _WARMUP_SHARE)
+    return lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
+
+
+def converged(best_epoch: int, last_epoch: int, *, validated: bool, finished: bool) -> bool | None:
+    """Whether validation had stopped improving when the run ended: False when its best epoch
+    was its last one (the cap cut it short while it was still learning); None where nothing
+    says, without validation items or for a run that ``max_steps`` stopped."""
+    if not validated or not finished or not last_epoch:
+        return None
+    return best_epoch < last_epoch
+
+
 def _start(items: Sequence[LabelledItem], labels: Sequence[str], options: TrainOptions) -> _Run:
     """The task, the model to train, its optimiser and schedule, and the encoded split."""
-    import torch
-
-    torch.manual_seed(options.seed)  # the new head's and the LoRA weights' initialisation
     checked, multi_label = checked_items(items, labels)
-    task = make_task(options, labels, load_tokenizer(options.base_model), multi_label)
-    index = {label: i for i, label in enumerate(labels)}
     train_items, val_items = split(checked, options.val_fraction, options.seed)
     if not train_items:
         raise DataFileError("no training items")
+    if not val_items and options.epochs is None:
+        raise ConfigurationError(
+            "no validation items (the split needs a label with two items or more, and a val_fraction above 0): "
+            "nothing would say when to stop, so give the number of epochs (--epochs)"
+        )
+    import torch
+
+    torch.manual_seed(options.seed)  # the new head's and the LoRA weights' initialisation
+    task = make_task(options, labels, load_tokenizer(options.base_model), multi_label)
+    index = {label: i for i, label in enumerate(labels)}
     encoded = task.encode([t for t, _ in train_items])
     targets = [index[y] if isinstance(y, str) else tuple(index[x] for x in y) for _, y in train_items]
     model = task.load(options.base_model).to(task.device)
     task.prepare(model, encoded)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    # The schedule follows the epochs, not max_steps: a run stopped early and resumed trains
-    # exactly as one that was never stopped.
-    total_steps = math.ceil(len(train_items) / options.batch_size) * options.epochs
     # The fused AdamW: one kernel over each tensor instead of a dozen passes. Full fine-tuning
     # updates the whole embedding matrix (most of a small model's weights) at every step, and
-    # the step is then a large part of the run's time (docs/benchmarks.md, "fused AdamW").
+    # the step is then a large part of the run's time.
     fused = task.device.type in ("cpu", "cuda")
     optimizer = torch.optim.AdamW(trainable, lr=options.lr, weight_decay=0.0, fused=fused or None)
-    warmup = max(1, total_steps // 20)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total_steps - step) / max(1, total_steps - warmup)))
-    )
+    steps_per_epoch = math.ceil(len(train_items) / options.batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate_factor(steps_per_epoch, options.epoch_cap))
     return _Run(task, model, optimizer, scheduler, encoded, targets, val_items)
 
 
@@ -262,10 +286,12 @@ def train(
     """Fine-tune ``options.base_model`` on ``items`` over ``labels`` (in class order) and export
     to ``options.out``: (text, label) items train a single-label classifier, (text, labels)
     items (a list of labels each, maybe empty) a multi-label one. Returns the training report
-    (also written as ``training.json``). Raises :class:`ConfigurationError` for options that
-    cannot work (checked before any model loads), for items that mix the two kinds and for a
-    checkpoint of another run, :class:`DataFileError` for no training items and for labels
-    outside ``labels``, :class:`MissingDependencyError` without the ``train`` extra."""
+    (also written as ``training.json``); its ``converged`` is False when the best epoch was the
+    last one, which ``log`` also warns of. Raises :class:`ConfigurationError` for options that
+    cannot work (checked before any model loads), for items that mix the two kinds, for a
+    checkpoint of another run and for no validation items without ``epochs``,
+    :class:`DataFileError` for no training items and for labels outside ``labels``,
+    :class:`MissingDependencyError` without the ``train`` extra."""
     options.check(is_multi_label(items))
     require_extra("train", *_TRAIN_MODULES, what="training")
     run = _start(items, labels, options)
@@ -279,7 +305,7 @@ def train(
     elif options.resume:
         log(f"no checkpoint at {checkpoint}: starting from the base model")
     stopped = False  # by max_steps: the checkpoint stays for resume
-    for number in range(progress.epoch + 1, options.epochs + 1):
+    for number in range(progress.epoch + 1, options.epoch_cap + 1):
         if progress.stale >= options.patience:
             break
         if options.max_steps is not None and progress.step >= options.max_steps:
@@ -306,6 +332,12 @@ def train(
     if not stopped:  # finished: nothing left to resume
         shutil.rmtree(checkpoint.parent, ignore_errors=True)
     (out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
+    if report["converged"] is False:
+        log(
+            f"warning: the best epoch was the last one ({progress.epoch} of at most {options.epoch_cap}): "
+            "validation was still improving, so the run had not converged; more epochs or a higher "
+            "learning rate may help"
+        )
     return report
 
 
@@ -333,6 +365,10 @@ def _report(
         "train_items": len(run.encoded),
         "validation_items": len(run.val_items),
         "best_epoch": progress.best["epoch"],
+        "epoch_cap": options.epoch_cap,
+        "converged": converged(
+            progress.best["epoch"], progress.epoch, validated=bool(run.val_items), finished=finished
+        ),
         "validation_macro_f1": progress.best["macro_f1"] if run.val_items else None,
         "history": progress.history,
         "steps": progress.step,

@@ -68,6 +68,21 @@ def test_help_shows_the_dataclass_defaults(capsys: pytest.CaptureFixture[str]) -
     assert f"tokens kept per text (default: {TrainOptions.max_text_tokens})" in out
 
 
+def test_the_help_says_training_stops_early_and_when_it_had_not_converged(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the most epochs (default: 50, with validation to stop early" in out
+    assert "had not converged" in out and "--label-map" in out
+
+
+def test_a_file_of_numbered_labels_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = tmp_path / "ag.csv"
+    data.write_text('1,"Summit","Talks."\n2,"Late goal","A win."\n')
+    assert main(["train", str(data), "--base-model", "m", "--method", "head", "--out", "o"]) == 2
+    assert "are numbers (1, 2)" in capsys.readouterr().err
+
+
 def test_options_that_cannot_work_are_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     data = write_labelled(tmp_path / "d.csv", [("a", "x"), ("b", "y")])
     code = main(["train", str(data), "--base-model", "m", "--method", "head", "--export", "adapter", "--out", "o"])

@@ -1,4 +1,4 @@
-"""TrainOptions: the defaults that follow from the method."""
+"""TrainOptions: the defaults that follow from the method, and the epoch cap."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.training import TrainOptions
+from langchain_qwen_fast.training.options import MAX_EPOCHS
 
 
 def test_lora_and_learning_rate_follow_the_method_unless_given() -> None:
@@ -15,6 +16,14 @@ def test_lora_and_learning_rate_follow_the_method_unless_given() -> None:
     assert (head.uses_lora, head.lr) == (False, 3e-5)
     assert TrainOptions(method="head", base_model="m", out="o", lora=True).lr == 2e-4
     assert TrainOptions(method="sft", base_model="m", out="o", learning_rate=1e-3).lr == 1e-3
+
+
+def test_the_epochs_are_a_generous_cap_unless_given() -> None:
+    options = TrainOptions(method="head", base_model="m", out="o")
+    assert options.epochs is None and options.epoch_cap == MAX_EPOCHS
+    assert TrainOptions(method="head", base_model="m", out="o", epochs=8).epoch_cap == 8
+    with pytest.raises(ConfigurationError, match="at least 1"):
+        TrainOptions(method="head", base_model="m", out="o", epochs=0).check()
 
 
 @pytest.mark.parametrize(

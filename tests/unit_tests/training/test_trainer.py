@@ -1,5 +1,6 @@
-"""The trainer's parts that need no model: the stratified split, the options and items it
-refuses before any model loads, and the extra it names when part of it is missing."""
+"""The trainer's parts that need no model: the stratified split, the learning-rate schedule,
+when a run counts as converged, the options and items it refuses before any model loads, and
+the extra it names when part of it is missing."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, MissingDependencyError
 from langchain_qwen_fast.training import TrainOptions, train
-from langchain_qwen_fast.training.trainer import checked_items, split
+from langchain_qwen_fast.training.trainer import checked_items, converged, learning_rate_factor, split
 
 
 def test_split_is_stratified_reproducible_and_loses_nothing() -> None:
@@ -23,6 +24,30 @@ def test_split_is_stratified_reproducible_and_loses_nothing() -> None:
     assert split(items, 0.2, seed=2) != (train, val)
     with pytest.raises(ConfigurationError, match="val_fraction"):
         split(items, 1.0, seed=0)
+
+
+def test_the_warm_up_is_short_however_high_the_epoch_cap() -> None:
+    three, fifty = learning_rate_factor(100, 3), learning_rate_factor(100, 50)
+    assert three(0) == fifty(0) == pytest.approx(1 / 15)  # a run of three epochs warms up over 15 steps
+    assert three(14) == pytest.approx(1.0) and fifty(14) == pytest.approx(1.0)  # and so does a long cap
+    assert three(299) == pytest.approx(1 / 285) and fifty(299) > 0.9  # decays to zero at the cap
+    assert fifty(4999) == pytest.approx(1 / 4985) and fifty(5000) == 0.0
+
+
+def test_a_run_whose_best_epoch_was_its_last_had_not_converged() -> None:
+    assert converged(3, 3, validated=True, finished=True) is False  # still improving at the cap
+    assert converged(2, 4, validated=True, finished=True) is True  # stopped early
+    assert converged(3, 3, validated=False, finished=True) is None  # nothing to tell by
+    assert converged(3, 3, validated=True, finished=False) is None  # max_steps stopped it
+
+
+def test_without_validation_items_the_epochs_must_be_given() -> None:
+    options = TrainOptions(method="head", base_model="/nonexistent", out="/nonexistent/out")
+    assert options.epochs is None and options.epoch_cap == 50
+    with pytest.raises(ConfigurationError, match=r"no validation items.*--epochs"):  # one item a label: no split
+        train([("a", "x"), ("b", "y")], ["x", "y"], options)
+    with pytest.raises(ConfigurationError, match="--epochs must be at least 1"):
+        train([("a", "x"), ("b", "y")], ["x", "y"], TrainOptions(method="head", base_model="m", out="o", epochs=0))
 
 
 @pytest.mark.parametrize(
