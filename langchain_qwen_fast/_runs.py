@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import (
@@ -18,6 +18,9 @@ from langchain_core.runnables.config import (
     get_async_callback_manager_for_config,
     get_callback_manager_for_config,
 )
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast._core.engine import Part
 
 # Per-item run bookkeeping in a big async batch is done in slices with a yield to the event
 # loop between them, so the loop keeps serving other tasks (the soak in
@@ -123,3 +126,21 @@ def raise_unless(return_exceptions: bool, results: list[Any]) -> list[Any]:
             if isinstance(result, Exception):
                 raise result
     return results
+
+
+def sizes_for(config: Any, part: Part | None) -> dict[str, Any]:
+    """The engine's sizes for a call: requests in flight from the run config (or the part),
+    and a part's fixed size."""
+    if part is None:
+        return {"max_concurrency": max_concurrency_of(config), "batch_size": None}
+    return {
+        "max_concurrency": part.max_concurrency or max_concurrency_of(config),
+        "batch_size": len(part.span),
+    }
+
+
+def part_config(config: RunnableConfig | Sequence[RunnableConfig] | None, part: Part) -> Any:
+    """A part's own slice of per-item configs (or the one config)."""
+    if isinstance(config, Sequence):
+        return list(config[part.span.start : part.span.stop])
+    return config

@@ -2,42 +2,46 @@
 
 from __future__ import annotations
 
-import difflib
-import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.example_selectors import BaseExampleSelector
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
-from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils import secret_from_env
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
+from langchain_qwen_fast._core import saved
 from langchain_qwen_fast._core.base_urls import resolve_base_url
 from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.engine import Engine, EngineSettings, Part, arun_parts, run_parts
-from langchain_qwen_fast._core.procedure import Node, Rules
-from langchain_qwen_fast._core.prompting import ClassifierPlan, LabelSet
+from langchain_qwen_fast._core.labels import label_names, label_sets, thresholds
+from langchain_qwen_fast._core.procedure import Rules
+from langchain_qwen_fast._core.prompting import ClassifierPlan
 from langchain_qwen_fast._runs import (
     abatch_with_runs,
     awith_run,
     max_concurrency_of,
+    part_config,
     raise_unless,
+    sizes_for,
     unobserved,
     with_run,
 )
 from langchain_qwen_fast._selection import ExampleSelection
 from langchain_qwen_fast.classification import Classification, ClassifierInput
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError
-from langchain_qwen_fast.routing import BatchConfig, ClassifierRouter, classifier_tool
+from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.routing import BatchConfig, ClassifierRouter, classifier_router, classifier_tool
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.chat_models import ChatQwenFast
 
-_SAVED_FORMAT = "langchain-qwen-fast/classifier"
-_SAVED_VERSION = 1
+#: The fields the engine takes as they are.
+_ENGINE_FIELDS = {"model", "mode", "timeout", "max_retries", "retry_deadline", "batch_size", "max_concurrency"}
+_ENGINE_FIELDS |= {"tokenizer_path", "client_processes"}
+#: What :meth:`QwenClassifier.save` never writes: the key, and what cannot be saved.
+_NOT_SAVED = {"api_key", "example_selector", "cache", "http_transport"}
 
 
 class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
@@ -111,21 +115,15 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     where the server takes one prompt a request (vLLM's Rust frontend: each prompt is a
     request of its own)."""
     abstain_below: float | None = Field(default=None, gt=0, le=1)
-    """If set, a best-label probability below it gives an abstained result (label None). Any
-    threshold ``qwen-fast eval --calibrate`` can fit, 1 included: a confident model gives many
-    probabilities that round to exactly 1, and a target accuracy may be reached only by
-    answering those alone."""
+    """If set, a best-label probability below it gives an abstained result (label None); 1 is
+    allowed (a confident model's probabilities often round to exactly 1)."""
     temperature: float = Field(default=1.0, gt=0)
-    """Calibration temperature applied to every result's scores (fit it with ``qwen-fast eval
-    --calibrate``): single-label scores become a softmax of ``log p / temperature``, multi-label
-    ones ``sigmoid(logit(p) / temperature)``; ``abstain_below`` and ``threshold`` then apply.
-    Not a sampling temperature: the label is always read greedily."""
+    """Calibration temperature for every result's scores (``qwen-fast eval --calibrate`` fits
+    it), applied before ``abstain_below`` and ``threshold``; not a sampling temperature."""
     tokenizer_path: str | None = None
-    """The served model's tokenizer (its directory or ``tokenizer.json``). When set, prompts
-    are tokenised here and sent as token ids, so the server's API process skips tokenising:
-    worth it where that process is the bottleneck (a GPU server under batches), and text
-    lengths are checked exactly without asking the server. Needs ``tokenizers``; the
-    tokenizer is checked against the server's at set-up."""
+    """The served model's tokenizer (its directory or ``tokenizer.json``): prompts are then sent
+    as token ids, so the server's API process skips tokenising (worth it where that process is
+    the bottleneck). Needs ``tokenizers``; checked against the server's at set-up."""
     cache: ClassificationCache | None = Field(default=None, exclude=True)
     """A :mod:`~langchain_qwen_fast.caches` cache of finished classifications (off by default):
     hits never touch the network. Not saved by :meth:`save`."""
@@ -133,16 +131,12 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """An ``httpx`` transport to use instead of the network (e.g. ``httpx.MockTransport`` in
     tests, or a transport with custom TLS or proxies). Not saved."""
     client_processes: int = Field(default=1, ge=1)
-    """Processes a large ``batch``/``abatch`` is spread over, each classifying an equal share
-    with its own event loop and connections (the call's requests in flight shared out): worth
-    it when one process's event loop, not the servers, is what limits a batch, as on several
-    GPU servers (about two processes per GPU; the figures are in docs/benchmarks.md).
-    A batch runs in this process when it has fewer than 1,024 items per process, a fixed
-    ``batch_size`` part (``batch_as_completed``) or an ``example_selector``. The workers start on first use
-    (a few seconds; :meth:`prepare` starts them) and stop with :meth:`close`. Needs a
-    configuration that can travel: no ``example_selector``, ``cache`` or ``http_transport``;
-    a script that uses it needs an ``if __name__ == "__main__":`` guard (the workers are
-    spawned)."""
+    """Processes a large ``batch``/``abatch`` is spread over, each with its own event loop,
+    connections and share of the requests in flight: worth it when one process's event loop,
+    not the servers, limits a batch (several GPU servers; docs/performance.md). Batches under
+    1,024 items a process, ``batch_as_completed`` parts and ``example_selector`` run here. The
+    workers start on first use (or :meth:`prepare`) and stop with :meth:`close`; no ``cache``
+    or ``http_transport`` with them, and scripts need an ``if __name__ == "__main__":`` guard."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -154,13 +148,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         """An unknown argument is an error naming the nearest valid one (never silently ignored)."""
         if isinstance(data, Mapping):
             known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
-            unknown = sorted(set(map(str, data)) - known)
-            if unknown:
-                hints = []
-                for name in unknown:
-                    near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-                    hints.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
-                raise ConfigurationError(f"QwenClassifier got unknown argument(s): {', '.join(hints)}")
+            saved.check_arguments("QwenClassifier", map(str, data), known)
         return data
 
     @field_validator("base_url", mode="before")
@@ -178,12 +166,10 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     @model_validator(mode="after")
     def _build(self) -> QwenClassifier:
-        label_sets = self._label_sets()
-        flat = self.label_names
-        if isinstance(self.threshold, dict):
-            unknown = sorted(set(self.threshold) - set(flat))
-            if unknown:
-                raise ConfigurationError(f"threshold given for unknown labels: {unknown}")
+        if isinstance(self.labels, dict) and (
+            self.multi_label or self.mode == "head" or self.examples or self.example_selector
+        ):
+            raise ConfigurationError("hierarchical labels are single-label, generate mode, without examples")
         if self.multi_label and self.abstain_below is not None:
             raise ConfigurationError("abstain_below is for single-label classifiers; multi-label ones use threshold")
         if self.client_processes > 1 and self.example_selector is not None:
@@ -191,60 +177,27 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                 f"client_processes={self.client_processes} classifies in other processes, where "
                 "example_selector cannot go; use one or the other"
             )
-        thresholds = self.threshold if isinstance(self.threshold, dict) else dict.fromkeys(flat, self.threshold)
+        sets = label_sets(
+            self.labels,
+            descriptions=self.label_descriptions or {},
+            instructions=self.instructions,
+            multi_label=self.multi_label,
+            examples=self.examples or [],
+        )
+        rules = Rules(self.abstain_below, self.temperature, thresholds(self.threshold, self.label_names))
+        fields = self.model_dump(include=_ENGINE_FIELDS)
         self._engine = Engine(
             EngineSettings(
+                **fields,
                 base_urls=tuple([self.base_url] if isinstance(self.base_url, str) else self.base_url),
-                model=self.model,
-                mode=self.mode,
-                label_sets=label_sets,
-                rules=Rules(abstain_below=self.abstain_below, temperature=self.temperature, thresholds=thresholds),
+                label_sets=sets,
+                rules=rules,
                 api_key=self.api_key.get_secret_value() if self.api_key else None,
-                timeout=self.timeout,
-                max_retries=self.max_retries,
-                retry_deadline=self.retry_deadline,
-                batch_size=self.batch_size,
-                max_concurrency=self.max_concurrency,
-                tokenizer_path=self.tokenizer_path,
                 cache=self.cache,
                 http_transport=self.http_transport,
-                client_processes=self.client_processes,
             )
         )
         return self
-
-    def _label_sets(self) -> dict[Node, LabelSet]:
-        """The label set of each node of the hierarchy (only the top one for flat labels)."""
-        sets: dict[Node, LabelSet] = {}
-        descriptions = self.label_descriptions or {}
-        flat = self.label_names
-        unknown = sorted(set(descriptions) - set(flat))
-        if unknown:
-            raise ConfigurationError(f"descriptions given for unknown labels: {unknown}")
-        duplicates = sorted({x for x in flat if flat.count(x) > 1})
-        if duplicates:
-            raise ConfigurationError(f"labels must be distinct across the hierarchy; repeated: {duplicates}")
-
-        def add(node: Node, tree: Any) -> None:
-            names = list(tree)
-            sets[node] = LabelSet.build(
-                names,
-                {k: v for k, v in descriptions.items() if k in names},
-                self.instructions,
-                multi_label=self.multi_label,
-                examples=[] if node else (self.examples or []),
-            )
-            if isinstance(tree, Mapping):
-                for label, children in tree.items():
-                    if children:
-                        add((*node, label), children)
-
-        if isinstance(self.labels, dict) and (
-            self.multi_label or self.mode == "head" or self.examples or self.example_selector
-        ):
-            raise ConfigurationError("hierarchical labels are single-label, generate mode, without examples")
-        add((), self.labels)
-        return sets
 
     @property
     def engine(self) -> Engine:
@@ -260,17 +213,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     @property
     def label_names(self) -> list[str]:
         """Every label, top level first for a hierarchy (each level in order)."""
-        names: list[str] = []
-
-        def walk(tree: Any) -> None:
-            names.extend(tree)
-            if isinstance(tree, Mapping):
-                for children in tree.values():
-                    if children:
-                        walk(children)
-
-        walk(self.labels)
-        return names
+        return label_names(self.labels)
 
     @classmethod
     def is_lc_serializable(cls) -> bool:
@@ -297,45 +240,19 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         examples, thresholds, server settings) as JSON, never the API key. A directory gets a
         ``classifier.json`` inside it. An example selector, a cache or an HTTP transport cannot
         be saved: pass them to :meth:`load` again."""
-        target = Path(path)
-        if target.is_dir():
-            target = target / "classifier.json"
-        config = self.model_dump(mode="json", exclude={"api_key", "example_selector", "cache", "http_transport"})
-        saved = {"format": _SAVED_FORMAT, "version": _SAVED_VERSION, "config": config}
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(saved, indent=1) + "\n")
-        return target
+        return saved.write(path, self.model_dump(mode="json", exclude=_NOT_SAVED))
 
     @classmethod
     def load(cls, path: str | Path, **overrides: Any) -> QwenClassifier:
         """A classifier from :meth:`save`'s file (or a directory holding ``classifier.json``),
         with ``overrides`` (e.g. ``base_url``, ``model``, ``api_key``) applied on top."""
-        source = Path(path)
-        if source.is_dir():
-            source = source / "classifier.json"
-        try:
-            saved = json.loads(source.read_text())
-        except (OSError, ValueError) as exc:
-            raise DataFileError(f"cannot read a saved classifier from {source}: {exc}") from None
-        if not isinstance(saved, dict) or saved.get("format") != _SAVED_FORMAT:
-            raise DataFileError(f"{source} is not a saved QwenClassifier (format {_SAVED_FORMAT!r})")
-        if saved.get("version") != _SAVED_VERSION:
-            raise DataFileError(f"{source} has version {saved.get('version')}; this release reads {_SAVED_VERSION}")
-        return cls(**{**saved["config"], **overrides})
+        return cls(**{**saved.read(path), **overrides})
 
-    # -- routing helpers (routing.py) ----------------------------------------------------
     def as_router(self, routes: Mapping[str, Runnable | Any], *, default: Runnable | Any) -> ClassifierRouter:
         """A runnable that sends each input to the branch for its label (every chosen label's
         branch under ``multi_label``; see :class:`~langchain_qwen_fast.routing.ClassifierRouter`);
         callables are wrapped."""
-        unknown = sorted(set(routes) - set(self.label_names))
-        if unknown:
-            raise ConfigurationError(f"routes name labels the classifier does not have: {unknown}")
-        return ClassifierRouter(
-            classifier=self,
-            routes={label: coerce_to_runnable(branch) for label, branch in routes.items()},
-            default=coerce_to_runnable(default),
-        )
+        return classifier_router(self, self.label_names, routes, default)
 
     def as_tool(
         self, args_schema: Any = None, *, name: str | None = None, description: str | None = None, **_: Any
@@ -361,13 +278,13 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         examples = self._examples.select(inputs, self._engine.plans) if self._examples else None
         if isinstance(examples, Exception):
             return [examples] * len(inputs)
-        return self._engine.classify(inputs, examples=examples, **_sizes(config, part))
+        return self._engine.classify(inputs, examples=examples, **sizes_for(config, part))
 
     async def _aclassify(self, inputs: list[Any], config: Any = None, part: Part | None = None) -> list[Any]:
         examples = await self._examples.aselect(inputs, self._engine.aplans) if self._examples else None
         if isinstance(examples, Exception):
             return [examples] * len(inputs)
-        return await self._engine.aclassify(inputs, examples=examples, **_sizes(config, part))
+        return await self._engine.aclassify(inputs, examples=examples, **sizes_for(config, part))
 
     @property
     def _examples(self) -> ExampleSelection | None:
@@ -443,8 +360,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         items = list(inputs)
         self._engine.try_setup()
         parts, at_once = self._engine.parts(len(items), max_concurrency_of(config))
-        run = lambda part: self._batch(items[part.span.start : part.span.stop], _part_config(config, part), part)  # noqa: E731
-        for index, result in run_parts(parts, at_once, run):
+        for index, result in run_parts(
+            parts,
+            at_once,
+            lambda part: self._batch(part.of(items), part_config(config, part), part),
+        ):
             if isinstance(result, Exception) and not return_exceptions:
                 raise result
             yield index, result
@@ -463,7 +383,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         parts, at_once = self._engine.parts(len(items), max_concurrency_of(config))
 
         async def run(part: Part) -> list[Any]:
-            return await self._abatch(items[part.span.start : part.span.stop], _part_config(config, part), part)
+            return await self._abatch(part.of(items), part_config(config, part), part)
 
         async for index, result in arun_parts(parts, at_once, run):
             if isinstance(result, Exception) and not return_exceptions:
@@ -478,21 +398,3 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     async def aclose(self) -> None:
         """Close this event loop's pooled async connections."""
         await self._engine.aclose()
-
-
-def _sizes(config: Any, part: Part | None) -> dict[str, Any]:
-    """The engine's sizes for a call: requests in flight from the run config (or the part),
-    and a part's fixed size."""
-    if part is None:
-        return {"max_concurrency": max_concurrency_of(config), "batch_size": None}
-    return {
-        "max_concurrency": part.max_concurrency or max_concurrency_of(config),
-        "batch_size": len(part.span),
-    }
-
-
-def _part_config(config: RunnableConfig | Sequence[RunnableConfig] | None, part: Part) -> Any:
-    """A part's own slice of per-item configs (or the one config)."""
-    if isinstance(config, Sequence):
-        return list(config[part.span.start : part.span.stop])
-    return config

@@ -7,6 +7,7 @@ from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
+from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import patch_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import ConfigDict
@@ -140,6 +141,21 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
 
 class _AgentInputError(ToolException, InvalidInputError):
     """A bad input, answered to the agent: the tool turns a ``ToolException`` into its reply."""
+
+
+def classifier_router(
+    classifier: Any, labels: Sequence[str], routes: Mapping[str, Any], default: Any
+) -> ClassifierRouter:
+    """A :class:`ClassifierRouter` over ``classifier`` (whose labels are ``labels``), every
+    route a label of it; callables are wrapped as runnables."""
+    unknown = sorted(set(routes) - set(labels))
+    if unknown:
+        raise ConfigurationError(f"routes name labels the classifier does not have: {unknown}")
+    return ClassifierRouter(
+        classifier=classifier,
+        routes={label: coerce_to_runnable(branch) for label, branch in routes.items()},
+        default=coerce_to_runnable(default),
+    )
 
 
 def classifier_tool(

@@ -76,6 +76,10 @@ class Part:
     span: range
     max_concurrency: int | None
 
+    def of(self, items: Sequence[Any]) -> list[Any]:
+        """This part's share of ``items``."""
+        return list(items[self.span.start : self.span.stop])
+
 
 class Engine:
     """Classifies inputs on vLLM servers: see the module docstring. Thread-safe; usable from
