@@ -33,8 +33,9 @@ The data is the same CSV/JSONL qwen-fast eval reads (label maps included; a file
 are all numbers needs --label-map to name them, or --labels to keep them). A stratified
 validation split is scored (accuracy, macro-F1) after every epoch; training stops once
 macro-F1 has not improved for --patience epochs, or at the --epochs cap, and the best epoch is
-exported. When the best epoch is the last one, validation was still improving: the run had not
-converged, and the command says so (more epochs or a higher learning rate may help). Every
+exported. When the cap ends the run first (the best epoch is the last one, or too near it),
+validation may still have been improving: the run had not converged, and the command says so
+(more epochs or a higher learning rate may help). Every
 epoch writes a checkpoint; --resume continues from it. bf16 autocast on GPU, fp32 on CPU.
 
 Multi-label data: a list of labels per row, a JSON list in JSONL (detected) or, with

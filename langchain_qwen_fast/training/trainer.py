@@ -2,9 +2,10 @@
 
 A stratified validation split is scored (accuracy, macro-F1) after every epoch; training stops
 when macro-F1 has not improved for ``patience`` epochs (or at the epoch cap), and the best
-epoch is exported. When the best epoch is the last one, validation was still improving: the
-report says the run had not converged (``converged``: False) and the log says so. Every epoch
-writes a checkpoint that ``resume`` continues from. bf16 autocast on GPU, fp32 on CPU. The output
+epoch is exported. When the cap ends a run first (the best epoch is the last one, or too near
+it for early stopping to have ended the run), the report says the run had not converged
+(``converged``: False) and the log warns of it. Every epoch writes a checkpoint that
+``resume`` continues from. bf16 autocast on GPU, fp32 on CPU. The output
 directory also holds ``training.json`` (options, per-epoch history, samples/s).
 
 Multi-label data (items of (text, labels)): the split is stratified by label combination, each
@@ -236,13 +237,30 @@ def learning_rate_factor(steps_per_epoch: int, epoch_cap: int) -> Callable[[int]
     return lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
 
 
-def converged(best_epoch: int, last_epoch: int, *, validated: bool, finished: bool) -> bool | None:
-    """Whether validation had stopped improving when the run ended: False when its best epoch
-    was its last one (the cap cut it short while it was still learning); None where nothing
-    says, without validation items or for a run that ``max_steps`` stopped."""
+def converged(best_epoch: int, last_epoch: int, patience: int, *, validated: bool, finished: bool) -> bool | None:
+    """Whether validation had stopped improving when the run ended: True when early stopping
+    ended it (``patience`` epochs without a better score); False when the epoch cap ended it
+    first, its best epoch the last one or within ``patience`` of it (it may still have been
+    learning); None where nothing says, without validation items or for a run that
+    ``max_steps`` stopped."""
     if not validated or not finished or not last_epoch:
         return None
-    return best_epoch < last_epoch
+    return last_epoch - best_epoch >= patience
+
+
+def not_converged_warning(best_epoch: int, last_epoch: int, patience: int) -> str:
+    """What the log says of a run the epoch cap ended before early stopping could."""
+    advice = "more epochs or a higher learning rate may help"
+    if best_epoch == last_epoch:
+        return (
+            f"warning: the best epoch was the last one (epoch {last_epoch}, the epoch cap): validation was "
+            f"still improving, so the run had not converged; {advice}"
+        )
+    return (
+        f"warning: the epoch cap ended the run at epoch {last_epoch}, {last_epoch - best_epoch} after its best "
+        f"(epoch {best_epoch}), before {patience} epochs without improvement (the patience) would have stopped "
+        f"it: the run may not have converged; {advice}"
+    )
 
 
 def _start(items: Sequence[LabelledItem], labels: Sequence[str], options: TrainOptions) -> _Run:
@@ -286,8 +304,9 @@ def train(
     """Fine-tune ``options.base_model`` on ``items`` over ``labels`` (in class order) and export
     to ``options.out``: (text, label) items train a single-label classifier, (text, labels)
     items (a list of labels each, maybe empty) a multi-label one. Returns the training report
-    (also written as ``training.json``); its ``converged`` is False when the best epoch was the
-    last one, which ``log`` also warns of. Raises :class:`ConfigurationError` for options that
+    (also written as ``training.json``); its ``converged`` is False when the epoch cap ended
+    the run before early stopping could (the best epoch the last one, say), which ``log`` also
+    warns of. Raises :class:`ConfigurationError` for options that
     cannot work (checked before any model loads), for items that mix the two kinds, for a
     checkpoint of another run and for no validation items without ``epochs``,
     :class:`DataFileError` for no training items and for labels outside ``labels``,
@@ -333,11 +352,7 @@ def train(
         shutil.rmtree(checkpoint.parent, ignore_errors=True)
     (out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
     if report["converged"] is False:
-        log(
-            f"warning: the best epoch was the last one ({progress.epoch} of at most {options.epoch_cap}): "
-            "validation was still improving, so the run had not converged; more epochs or a higher "
-            "learning rate may help"
-        )
+        log(not_converged_warning(progress.best["epoch"], progress.epoch, options.patience))
     return report
 
 
@@ -367,7 +382,7 @@ def _report(
         "best_epoch": progress.best["epoch"],
         "epoch_cap": options.epoch_cap,
         "converged": converged(
-            progress.best["epoch"], progress.epoch, validated=bool(run.val_items), finished=finished
+            progress.best["epoch"], progress.epoch, options.patience, validated=bool(run.val_items), finished=finished
         ),
         "validation_macro_f1": progress.best["macro_f1"] if run.val_items else None,
         "history": progress.history,

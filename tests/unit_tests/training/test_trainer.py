@@ -12,7 +12,13 @@ import pytest
 
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, MissingDependencyError
 from langchain_qwen_fast.training import TrainOptions, train
-from langchain_qwen_fast.training.trainer import checked_items, converged, learning_rate_factor, split
+from langchain_qwen_fast.training.trainer import (
+    checked_items,
+    converged,
+    learning_rate_factor,
+    not_converged_warning,
+    split,
+)
 
 
 def test_split_is_stratified_reproducible_and_loses_nothing() -> None:
@@ -34,11 +40,15 @@ def test_the_warm_up_is_short_however_high_the_epoch_cap() -> None:
     assert fifty(4999) == pytest.approx(1 / 4985) and fifty(5000) == 0.0
 
 
-def test_a_run_whose_best_epoch_was_its_last_had_not_converged() -> None:
-    assert converged(3, 3, validated=True, finished=True) is False  # still improving at the cap
-    assert converged(2, 4, validated=True, finished=True) is True  # stopped early
-    assert converged(3, 3, validated=False, finished=True) is None  # nothing to tell by
-    assert converged(3, 3, validated=True, finished=False) is None  # max_steps stopped it
+def test_a_run_the_epoch_cap_ended_had_not_converged() -> None:
+    assert converged(3, 3, 2, validated=True, finished=True) is False  # still improving at the cap
+    assert converged(2, 3, 2, validated=True, finished=True) is False  # the cap came before the patience ran out
+    assert converged(2, 4, 2, validated=True, finished=True) is True  # early stopping ended it
+    assert converged(3, 3, 2, validated=False, finished=True) is None  # nothing to tell by
+    assert converged(3, 3, 2, validated=True, finished=False) is None  # max_steps stopped it
+    assert "the best epoch was the last one (epoch 3" in not_converged_warning(3, 3, 2)
+    assert "had not converged; more epochs or a higher learning rate may help" in not_converged_warning(3, 3, 2)
+    assert "at epoch 3, 1 after its best (epoch 2), before 2 epochs without" in not_converged_warning(2, 3, 2)
 
 
 def test_without_validation_items_the_epochs_must_be_given() -> None:
