@@ -64,7 +64,9 @@ def test_eval_generate_mode_on_ag_news_layout(
 ) -> None:
     data = tmp_path / "ag.csv"
     rows = write_ag_csv(data, news_texts, 48)
-    main(["eval", str(data), "--base-url", server_url, "--out", str(tmp_path / "out"), "--latency-samples", "5"])
+    names = ",".join(f"{k}={label}" for k, label in enumerate(NEWS_LABELS, 1))  # the class indices named
+    main(["eval", str(data), "--base-url", server_url, "--label-map", names, "--labels", *NEWS_LABELS,
+          "--out", str(tmp_path / "out"), "--latency-samples", "5"])  # fmt: skip
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["items"] == 48 and report["failed"] == 0
     check_report(report, rows, QwenClassifier(labels=NEWS_LABELS, base_url=server_url))
@@ -82,7 +84,8 @@ def test_eval_head_mode_jsonl_with_label_map_and_limit(
     out = tmp_path / "out"
     main([
         "eval", str(data), "--base-url", head_server_url, "--model", "qwen3-cls", "--mode", "head",
-        "--label-map", json.dumps(codes), "--limit", "40", "--out", str(out), "--latency-samples", "5",
+        "--labels", *NEWS_LABELS, "--label-map", json.dumps(codes), "--limit", "40", "--out", str(out),
+        "--latency-samples", "5",
     ])  # fmt: skip
     report = json.loads((out / "report.json").read_text())
     rows = [(t, codes[c]) for t, c in all_rows[:40]]
@@ -101,5 +104,7 @@ def test_label_map_forms_and_unknown_labels(
         parse_label_map("1:World")
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"text": "x", "label": "Politics"}))
-    assert main(["eval", str(data), "--base-url", server_url, "--out", str(tmp_path / "o")]) == 1
+    assert (
+        main(["eval", str(data), "--base-url", server_url, "--labels", *NEWS_LABELS, "--out", str(tmp_path / "o")]) == 1
+    )
     assert "Politics" in capsys.readouterr().err

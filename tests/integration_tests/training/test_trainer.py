@@ -65,6 +65,10 @@ MULTI_ADAPTER = "news-multi"
 MULTI_SEEN = max(MULTI_HEAD_ITEMS, MULTI_SFT_ITEMS, MULTI_SFT_FULL_ITEMS)
 #: The LoRA head's epochs and patience: it stops early once an epoch brings no better macro-F1.
 LORA_HEAD_EPOCHS, LORA_HEAD_PATIENCE = 6, 1
+#: The epochs of a training job whose flags give none: these runs were sized, and their learning
+#: rates chosen, for a fixed number of epochs, which keeps their time known; the command's own
+#: default trains until validation stops improving, under a cap meant for real data.
+JOB_EPOCHS = 3
 NEWS_MODEL = ROOT / ".models" / "qwen3-tiny-news"
 #: The stand-in's build (cached in NEWS_MODEL), as a command: argv[1] the output, argv[2] the base.
 _BUILD_STAND_IN = (
@@ -96,10 +100,11 @@ def _multi_f1(rows: list[list[float]], items: list[tuple[str, tuple[str, ...]]],
 
 
 def _train_job(name: str, data: Path, base: Path, labels: list[str], flags: str, *after: Job) -> Job:
-    """``qwen-fast train`` on ``data`` into ``work_dir()/name`` with ``flags`` (split at spaces),
-    as a background job."""
+    """``qwen-fast train`` on ``data`` into ``work_dir()/name`` with ``flags`` (split at spaces;
+    ``--epochs`` :data:`JOB_EPOCHS` unless they give it), as a background job."""
+    epochs = [] if "--epochs" in flags.split() else ["--epochs", str(JOB_EPOCHS)]
     argv = [sys.executable, "-m", "langchain_qwen_fast.cli", "train", str(data), "--base-model", str(base),
-            "--out", str(work_dir() / name), "--labels", *labels, "--no-progress", *flags.split()]  # fmt: skip
+            "--out", str(work_dir() / name), "--labels", *labels, "--no-progress", *epochs, *flags.split()]  # fmt: skip
     return Job(f"train-{name}", argv, after)
 
 
@@ -370,6 +375,9 @@ def test_a_lora_head_learns_exports_merged_and_stops_early(
     history = report["history"]
     # Early stopping: it ran until one epoch brought no better macro-F1 (or the epochs ran out).
     assert len(history) == min(LORA_HEAD_EPOCHS, report["best_epoch"] + LORA_HEAD_PATIENCE)
+    # Converged when early stopping ended it; not when the epoch cap came first.
+    assert report["epoch_cap"] == LORA_HEAD_EPOCHS
+    assert report["converged"] == (len(history) - report["best_epoch"] >= LORA_HEAD_PATIENCE)
     model = AutoModelForSequenceClassification.from_pretrained(path)  # merged: a plain checkpoint
     assert not any("lora" in name for name, _ in model.named_parameters())
     rows = score(_task("head", path), model, [t for t, _ in held_out])
