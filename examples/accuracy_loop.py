@@ -36,6 +36,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-model", help="model to fine-tune (default: the tiny test model, built here)")
     parser.add_argument("--method", choices=["sft", "head"], default="sft")
+    parser.add_argument(
+        "--epochs", type=int, default=3, help="the epoch cap (training stops earlier once it stops improving)"
+    )
     parser.add_argument("--work", help="folder for data, model and reports (default: a temporary one)")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="accuracy-loop-"))
@@ -46,7 +49,7 @@ def main() -> None:
 
     # 1. Train (labels in the file's sorted order unless --labels says otherwise).
     run("train", str(train_csv), "--base-model", base, "--method", args.method, "--out", str(model),
-        "--learning-rate", "2e-3" if args.method == "sft" else "1e-3", "--no-progress")  # fmt: skip
+        "--learning-rate", "2e-3" if args.method == "sft" else "1e-3", "--epochs", str(args.epochs), "--no-progress")  # fmt: skip
 
     # 2. Serve it as it is (in the background here; a terminal of its own in real use).
     server = subprocess.Popen(
