@@ -48,8 +48,9 @@ def main() -> None:
     model = work / "model"
 
     # 1. Train (labels in the file's sorted order unless --labels says otherwise).
+    rate = "2e-3" if args.method == "sft" else "1e-3"
     run("train", str(train_csv), "--base-model", base, "--method", args.method, "--out", str(model),
-        "--learning-rate", "2e-3" if args.method == "sft" else "1e-3", "--epochs", str(args.epochs), "--no-progress")  # fmt: skip
+        "--learning-rate", rate, "--epochs", str(args.epochs), "--no-progress")  # fmt: skip
 
     # 2. Serve it as it is (in the background here; a terminal of its own in real use).
     server = subprocess.Popen(
