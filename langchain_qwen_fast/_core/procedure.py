@@ -45,7 +45,7 @@ _TOKENIZER_SAMPLES = ("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend",
 # Prompts per request when the classifier picks (see batch_size_for). Bigger requests cut the
 # client's and the API server's per-request work, smaller ones keep the pipeline full (each
 # group is tokenised as it is sent, so a smaller group reaches the server sooner). The
-# largest size is where the sweeps in docs/benchmarks.md stopped gaining from bigger requests.
+# largest size is where the sweeps in docs/performance.md stopped gaining from bigger requests.
 MIN_BATCH_SIZE = 16
 MAX_BATCH_SIZE = 128
 

@@ -158,7 +158,7 @@ class LabelSet:
 
         Short on purpose: the head (which asks for yes or no) and the text are cached, so a
         step computes only its tail, once per label, and every token left out of the question
-        is a token less for each label of each text (docs/benchmarks.md compares it with a
+        is a token less for each label of each text (docs/performance.md compares it with a
         longer wording)."""
         return f"{_TURN_END}{USER_OPEN}Does {label!r} apply?{PROMPT_SUFFIX}"
 

@@ -314,7 +314,7 @@ class ClassifyFastPath:
     """ASGI middleware that answers the common ``POST /v1/classify`` itself: a JSON body the
     schema accepts and, when the service has a key, the right bearer token. It skips FastAPI's
     routing, dependency and validation layers, most of a small request's CPU in the service
-    (docs/benchmarks.md), and answers what the route would: ``respond`` is the route's own
+    (docs/performance.md), and answers what the route would: ``respond`` is the route's own
     procedure, the body is validated by the route's own model, the answer is the route's
     ``JSONResponse``. Every other request (another path or method, another content
     type, a missing or wrong key, a body that is not JSON or breaks the schema) goes on to

