@@ -75,6 +75,9 @@ class FaultProxy:
         #: most requests handled at the same moment since the last reset
         self.max_in_flight = 0
         self._faults: dict[str, list[Fault]] = {}
+        #: a fault every request gets (after the queued ones) until ``_standing_until``
+        self._standing: Fault | None = None
+        self._standing_until = 0.0
         #: applied to every forwarded JSON reply: fn(request_body, reply) -> reply
         self.rewrite_all: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
         self._lock = threading.Lock()
@@ -91,6 +94,20 @@ class FaultProxy:
         """Queue faults for requests whose path ends with ``path_suffix`` (one each, in order)."""
         with self._lock:
             self._faults.setdefault(path_suffix, []).extend(faults)
+
+    def standing(self, fault: Fault | None, seconds: float = float("inf")) -> None:
+        """Give every request ``fault`` (once the queued faults are used) for ``seconds``, e.g.
+        ``standing(Fault.http(503), 30)`` for an outage or ``standing(Fault.stall(60))`` for a
+        stalled upstream; ``standing(None)`` ends it. A stall ends early when it does."""
+        with self._lock:
+            self._standing = fault
+            self._standing_until = time.monotonic() + seconds
+
+    def _standing_fault(self) -> Fault | None:
+        with self._lock:
+            if self._standing is not None and time.monotonic() < self._standing_until:
+                return self._standing
+        return None
 
     def pending_faults(self) -> int:
         with self._lock:
@@ -164,7 +181,9 @@ class FaultProxy:
                     self.close_connection = True
                     return
                 if fault is not None and fault.kind == "stall":
-                    time.sleep(fault.seconds)
+                    end = time.monotonic() + fault.seconds
+                    while time.monotonic() < end and (fault is not proxy._standing or proxy._standing_fault()):
+                        time.sleep(0.05)
                 if fault is not None and fault.kind in ("http", "raw"):
                     self._reply(fault.status, fault.body, fault.headers)
                     return
