@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The accuracy loop's GPU figures, on a GPU host with vLLM, transformers and peft importable
-# (e.g. PYTHONPATH=/tmp/extra:/tmp/site:$PWD with them there; the qwen-fast command runs as
-# `python3 -m langchain_qwen_fast.cli` there). Builds the random Qwen3-0.6B-shaped model, then:
+# (e.g. PYTHONPATH=/tmp/extra:/tmp/site:$PWD with them there, run from the repository's root;
+# the qwen-fast command runs as `python3 -m langchain_qwen_fast.cli` there, the flag comparison
+# as `python3 -m benchmarks.flags`). Builds the random Qwen3-0.6B-shaped model, then:
 #   TRAIN=1      qwen-fast train at the 0.6B shape (bf16 autocast): a head (pooling runner), a
 #                head for the generate runner (--export generate) and SFT (LoRA); samples/s
 #                over TRAIN_STEPS optimiser steps of BATCH texts of about 100 tokens each;
 #   GENERATE=1   the zero-shot generate path on the base model (gpu profile): p50, throughput;
-#   HEAD=FILE    the trained head (pooling runner) under each flag set in FILE (bench
-#                --compare-flags format; HEAD=1: the gpu profile): p50, throughput, stage times;
+#   HEAD=FILE    the trained head (pooling runner) under each flag set in FILE (benchmarks.flags
+#                --flags format; HEAD=1: the gpu profile): p50, throughput, stage times;
 #   HEAD_GENERATE=1  the head trained for the generate runner, gpu profile, measured alike.
 # Usage: TRAIN=1 GENERATE=1 bash server/gpu_accuracy_loop.sh [TOKENIZER_DIR]
 #        HEAD=server/gpu_head_flags.json bash server/gpu_accuracy_loop.sh [TOKENIZER_DIR]
@@ -40,15 +41,15 @@ fi
 gpu_flags="$out/gpu-profile-flags.json"
 echo '{"gpu profile, stats on": {"profile": "gpu", "drop": ["--disable-log-stats"]}}' > "$gpu_flags"
 if [ -n "${GENERATE:-}" ]; then
-  "${qwen_fast[@]}" bench --start-server "$model" --tokenizer "$model" "${bench[@]}" \
-    --compare-flags "$gpu_flags" --out "$out/generate"
+  python3 -m benchmarks.flags --start-server "$model" --tokenizer "$model" "${bench[@]}" \
+    --flags "$gpu_flags" --out "$out/generate"
 fi
 if [ -n "${HEAD:-}" ]; then
   [ "$HEAD" = 1 ] && HEAD=$gpu_flags
-  "${qwen_fast[@]}" bench --start-server /tmp/trained-head --mode head --tokenizer /tmp/trained-head "${bench[@]}" \
-    --compare-flags "$HEAD" --out "$out/head"
+  python3 -m benchmarks.flags --start-server /tmp/trained-head --mode head --tokenizer /tmp/trained-head \
+    "${bench[@]}" --flags "$HEAD" --out "$out/head"
 fi
 if [ -n "${HEAD_GENERATE:-}" ]; then
-  "${qwen_fast[@]}" bench --start-server /tmp/trained-head-generate --tokenizer /tmp/trained-head-generate \
-    "${bench[@]}" --compare-flags "$gpu_flags" --out "$out/head-generate"
+  python3 -m benchmarks.flags --start-server /tmp/trained-head-generate --tokenizer /tmp/trained-head-generate \
+    "${bench[@]}" --flags "$gpu_flags" --out "$out/head-generate"
 fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # vLLM's two HTTP frontends side by side on a GPU host where vLLM imports (e.g.
 # PYTHONPATH=/tmp/site:$PWD, see server/gpu_scale.sh):
-#   TOK=DIR bash server/gpu_frontends.sh [bench-scale flags...]
-# runs `qwen-fast bench-scale` through server/gpu_scale.sh once per frontend in FRONTENDS
+#   TOK=DIR bash server/gpu_frontends.sh [benchmarks.scale flags...]
+# runs `python3 -m benchmarks.scale` through server/gpu_scale.sh once per frontend in FRONTENDS
 # (default: python, then rust), each with the same flags, one after the other on the same
 # machine, e.g.
 #   TOK=DIR bash server/gpu_frontends.sh --gpus 0 --servers-per-gpu 4 --mps --subsets 1,4 --items 65536

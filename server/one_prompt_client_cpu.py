@@ -9,7 +9,7 @@ given model directory's ``tokenizer.json``; the classifier sends token ids made 
 tokenizer (``tokenizer_path``). Each round runs ``QwenClassifier.abatch`` on ``TEXTS`` news
 texts it has not sent before (default 4000) and prints texts/s and the client process's CPU
 (all its threads) a text as a line of JSON. ``LISTS=1`` lets the canned server take lists, for
-the list path. Run it from a checkout with the ``bench`` extra; ``PYTHONPATH`` chooses which
+the list path. Run it from a checkout with the ``benchmarks`` extra; ``PYTHONPATH`` chooses which
 tree's client runs, so two trees can be compared round by round.
 """
 

@@ -9,7 +9,8 @@ as ``--groups-in-flight`` (``default``: the flag left out), sends ``REQUESTS`` s
 (default 4000) from ``CLIENTS`` concurrent clients (default 64) and reads the service process's
 CPU seconds (psutil) and its ``qwen_fast_group_size`` histogram; ``ROUNDS`` (default 2) repeats
 the rows, interleaved. Each row is printed as a line of JSON. Run it from a checkout with the
-``api`` and ``bench`` extras; ``PYTHONPATH`` chooses which tree's service runs.
+``benchmarks`` extra (the load comes from :mod:`benchmarks.service`); ``PYTHONPATH`` chooses
+which tree's service runs.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ def group_totals(url: str) -> tuple[float, float]:
 
 
 def measure(saved: str, groups: str, requests: int, clients: int) -> dict[str, object]:
+    from benchmarks.service import load_test
     from langchain_qwen_fast.bench.measure import FreshTexts, RunContext
-    from langchain_qwen_fast.bench.service import load_test
     from langchain_qwen_fast.serving import free_port
 
     port = free_port()

@@ -1,10 +1,10 @@
-"""The measuring library every benchmark shares: what one run owns (:class:`RunContext`: the
+"""The measuring library of ``qwen-fast bench``: what one run owns (:class:`RunContext`: the
 servers it measures and texts new to them), the timing loops (one request at a time,
-interleaved; one timed call), a path's result and its summary row, and the classifiers the
-benchmarks time, set up and warm.
+interleaved; one timed call), a path's result and its summary row, the CPU the servers'
+processes spent, and the classifiers the benchmark times, set up and warm.
 
-Importing this module imports nothing heavy: LangChain, the classifier and tqdm are imported
-where used, so the command modules may read its names at parse time.
+Importing this module imports nothing heavy: LangChain, the classifier, psutil and tqdm are
+imported where used, so the command module may read its names at parse time.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 from langchain_qwen_fast._core.stats import percentile
 from langchain_qwen_fast._extras import require_extra
-from langchain_qwen_fast.bench.sampling import cores_between, server_cpu_seconds
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, news_items
 
 #: The labels every benchmark classifies into.
@@ -36,8 +35,7 @@ def require(*modules: str, extra: str = "bench") -> None:
 class FreshTexts:
     """News-like texts that no earlier call of this object returned. A text sent again finds
     its whole prompt in the server's prefix cache, and one at a time that is measurably faster
-    than a new text (see docs/benchmarks.md, one request at a time), which is not what a user's
-    new texts see."""
+    than a new text, which is not what a user's new texts see."""
 
     def __init__(self, start: int = FRESH_TEXTS_START) -> None:
         self.start = start
@@ -63,14 +61,63 @@ class RunContext:
         return replace(self, server_pids=list(pids))
 
 
+def server_cpu_seconds(pids: Sequence[int]) -> dict[str, float]:
+    """CPU seconds used so far by the servers whose API processes are ``pids`` and their
+    children, by role: the API process, the engine core (vLLM titles it ``VLLM::EngineCore``)
+    and any other. Empty without psutil or servers."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    totals = {"api_server": 0.0, "engine_core": 0.0, "other": 0.0}
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in procs:
+            try:
+                times, name = proc.cpu_times(), proc.name()
+            except psutil.Error:
+                continue
+            role = "engine_core" if "EngineCor" in name else "api_server" if proc.pid == pid else "other"
+            totals[role] += times.user + times.system
+    return totals if pids else {}
+
+
+def cores_between(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Cores each role kept busy between two :func:`server_cpu_seconds` readings ``seconds`` apart."""
+    return {role: round((after[role] - before[role]) / seconds, 2) for role in after if role in before}
+
+
 def rounded(value: float | None, digits: int = 2) -> float | None:
     """``value`` rounded, None kept."""
     return None if value is None else round(value, digits)
 
 
 @dataclass
+class PathRow:
+    """The row reported for one path: its rate, latency percentiles (one-at-a-time paths), the
+    client's CPU a request, its rate over the fastest path's, and the cores the client and the
+    servers' processes kept busy (None where no server was measured)."""
+
+    path: str
+    kind: str
+    items: int
+    requests_per_s: float
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    client_cpu_ms_per_request: float
+    ratio_to_fastest: float
+    cores_busy: dict[str, float] | None = None
+
+
+@dataclass
 class PathResult:
-    """One path's measurement: items, wall and client CPU seconds, latencies, GPU and server CPU."""
+    """One path's measurement: items, wall and client CPU seconds, latencies, and the cores
+    the servers' processes kept busy by role (see :func:`server_cpu_seconds`)."""
 
     name: str
     kind: str  # "one-at-a-time", "batch" or "concurrent clients"
@@ -79,8 +126,6 @@ class PathResult:
     cpu_seconds: float
     latencies_ms: list[float] = field(default_factory=list, repr=False)
     window: tuple[float, float] = (0.0, 0.0)
-    gpu: dict[str, float | None] = field(default_factory=dict)
-    #: cores the servers' processes kept busy during the path, by role (see server_cpu_seconds)
     server_cores: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -92,25 +137,21 @@ class PathResult:
         """The ``q``-th latency percentile in ms (nearest rank), None without latencies."""
         return percentile(self.latencies_ms, q)
 
-    def summary(self, fastest_rps: float) -> dict[str, Any]:
+    def summary(self, fastest_rps: float) -> PathRow:
         """The row reported for this path, with its ratio to ``fastest_rps``."""
-        return {
-            "path": self.name,
-            "kind": self.kind,
-            "items": self.items,
-            "requests_per_s": round(self.rps, 1),
-            "p50_ms": rounded(self.percentile(50)),
-            "p95_ms": rounded(self.percentile(95)),
-            "p99_ms": rounded(self.percentile(99)),
-            "client_cpu_ms_per_request": round(self.cpu_seconds / self.items * 1000, 3),
-            "ratio_to_fastest": round(self.rps / fastest_rps, 3),
-            **self.gpu,
-            **(
-                {"cores_busy": {"client": round(self.cpu_seconds / self.seconds, 2), **self.server_cores}}
-                if self.server_cores
-                else {}
-            ),
-        }
+        busy = {"client": round(self.cpu_seconds / self.seconds, 2), **self.server_cores} if self.server_cores else None
+        return PathRow(
+            path=self.name,
+            kind=self.kind,
+            items=self.items,
+            requests_per_s=round(self.rps, 1),
+            p50_ms=rounded(self.percentile(50)),
+            p95_ms=rounded(self.percentile(95)),
+            p99_ms=rounded(self.percentile(99)),
+            client_cpu_ms_per_request=round(self.cpu_seconds / self.items * 1000, 3),
+            ratio_to_fastest=round(self.rps / fastest_rps, 3),
+            cores_busy=busy,
+        )
 
 
 def p50_gap(path: PathResult, reference: PathResult) -> float | None:
@@ -143,9 +184,7 @@ def run_one_at_a_time(run: RunContext, paths: dict[str, Callable[[str], Any]], i
     window = (start, time.perf_counter())  # interleaved: all share one window (and server CPU figures)
     cores = cores_between(cpu_before, server_cpu_seconds(run.server_pids), window[1] - window[0])
     return [
-        PathResult(
-            name, "one-at-a-time", items, sum(latencies[name]) / 1000, cpu[name], latencies[name], window, {}, cores
-        )
+        PathResult(name, "one-at-a-time", items, sum(latencies[name]) / 1000, cpu[name], latencies[name], window, cores)
         for name in names
     ]
 
@@ -180,30 +219,21 @@ def ready_classifier(
     return classifier
 
 
-def warm_classifier(urls: Sequence[str], model: str, tokenizer: str | None, **load: Any) -> Any:
-    """A classifier over ``urls`` (``load``: its batch_size/max_concurrency, mode,
-    client_processes), set up (workers too) and with each server's prefix cache warm: a batch
-    over every server, which the load measurements want and a single request does not give."""
-    from langchain_qwen_fast import QwenClassifier
-
-    classifier = QwenClassifier(labels=LABELS, base_url=list(urls), model=model, tokenizer_path=tokenizer, **load)
-    classifier.batch(news_items(16 * len(urls)))
-    classifier.prepare()
-    return classifier
-
-
 __all__ = [
     "FRESH_TEXTS_START",
     "LABELS",
     "FreshTexts",
     "PathResult",
+    "PathRow",
     "RunContext",
+    "cores_between",
     "own_tokenizer",
     "p50_gap",
+    "percentile",
     "ready_classifier",
     "require",
     "rounded",
     "run_one_at_a_time",
+    "server_cpu_seconds",
     "timed",
-    "warm_classifier",
 ]

@@ -1,12 +1,14 @@
 """The paths ``qwen-fast bench`` puts side by side, all on the same texts and server: raw HTTP
 (httpx) with QwenClassifier's exact request, the ``openai`` SDK, ``ChatOpenAI``, LCEL
 ``prompt | ChatOpenAI``, ``LLMChain`` (langchain-classic) and ``QwenClassifier``, one at a time
-and in batches. Uses only the package's public API around the request bodies."""
+and in batches. Uses only the package's public API around the request bodies, which
+:func:`request_body` builds as the classifier does."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_qwen_fast._core import vllm_api
@@ -22,14 +24,38 @@ IDS = ", token ids"  # suffix of the paths that send token-id prompts (tokenizer
 BatchRun = tuple[str, int, Callable[[], Any]]
 
 
+def request_body(plan: Any, model: str, prompts: Sequence[Any]) -> dict[str, Any]:
+    """The ``/v1/completions`` body the classifier sends for ``prompts`` (rendered texts or
+    token ids) with ``plan`` (``QwenClassifier.prepare()``): its first question, every answer
+    token's logprob asked for as it asks. The raw-HTTP paths send exactly this."""
+    return vllm_api.completions_body(plan, model, 0, list(prompts))
+
+
+def head_request(plan: Any, model: str, prompts: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """The path under the server's root and the body the classifier sends a classification-head
+    server (``/classify``) for ``prompts``."""
+    _, path, body = vllm_api.classify_call(plan, model, 0, list(prompts))
+    return path, body
+
+
 def chat_messages(text: str) -> list[dict[str, str]]:
     """The chat paths' messages for ``text``."""
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
 
 
+@dataclass
+class PathObjects:
+    """What the batch paths run on: the chat model and the classifier, and the classifier
+    sending token-id prompts where a tokenizer was given."""
+
+    chat: Any
+    classifier: Any
+    classifier_ids: Any = None
+
+
 def build_paths(
     base_url: str, model: str, tokenizer: str | None
-) -> tuple[dict[str, Callable[[str], Any]], dict[str, Any]]:
+) -> tuple[dict[str, Callable[[str], Any]], PathObjects]:
     """The one-at-a-time callables and the objects the batch paths use."""
     import httpx
     from langchain_classic.chains import LLMChain
@@ -44,8 +70,7 @@ def build_paths(
 
     def raw_http(text: str) -> Any:
         # QwenClassifier's exact request, with nothing else around it.
-        body = vllm_api.completions_body(plan, model, 0, [plan.render(text)])
-        return http.post(completions_url, json=body).json()["choices"][0]
+        return http.post(completions_url, json=request_body(plan, model, [plan.render(text)])).json()["choices"][0]
 
     thinking_off = {"chat_template_kwargs": {"enable_thinking": False}}
     sdk = OpenAI(base_url=base_url, api_key="EMPTY")
@@ -78,44 +103,15 @@ def build_paths(
         "LLMChain(ChatOpenAI)": lambda t: llm_chain.invoke({"text": t}),
         "QwenClassifier.invoke": classifier.invoke,
     }
-    objects = {"chat": chat, "classifier": classifier}
+    objects = PathObjects(chat=chat, classifier=classifier)
     if tokenizer:
-        with_ids = ready_classifier(base_url, model, tokenizer)
-        one_at_a_time[f"QwenClassifier.invoke{IDS}"] = with_ids.invoke
-        objects["classifier_ids"] = with_ids
-    return one_at_a_time, objects
-
-
-def build_head_paths(
-    base_url: str, model: str, tokenizer: str | None
-) -> tuple[dict[str, Callable[[str], Any]], dict[str, Any]]:
-    """:func:`build_paths` for a classification-head model (``/classify``): raw HTTP with the
-    classifier's exact request, and the classifier (text and token-id inputs)."""
-    import httpx
-
-    classifier = ready_classifier(base_url, model, mode="head")
-    plan = classifier.prepare()
-    http = httpx.Client(timeout=30)
-    root = base_url.rstrip("/").removesuffix("/v1")
-
-    def raw_http(text: str) -> Any:
-        _, path, body = vllm_api.classify_call(plan, model, 0, [plan.render(text)])
-        return http.post(root + path, json=body).json()["data"][0]
-
-    one_at_a_time: dict[str, Callable[[str], Any]] = {
-        "raw HTTP (httpx), same request": raw_http,
-        "QwenClassifier.invoke": classifier.invoke,
-    }
-    objects: dict[str, Any] = {"classifier": classifier}
-    if tokenizer:
-        with_ids = ready_classifier(base_url, model, tokenizer, mode="head")
-        one_at_a_time[f"QwenClassifier.invoke{IDS}"] = with_ids.invoke
-        objects["classifier_ids"] = with_ids
+        objects.classifier_ids = ready_classifier(base_url, model, tokenizer)
+        one_at_a_time[f"QwenClassifier.invoke{IDS}"] = objects.classifier_ids.invoke
     return one_at_a_time, objects
 
 
 def run_batches(
-    objects: dict[str, Any],
+    objects: PathObjects,
     texts: list[str],
     chat_texts: list[str],
     concurrency: int | None,
@@ -125,22 +121,22 @@ def run_batches(
     the cores the servers ``pids`` kept busy."""
     from tqdm import tqdm
 
-    chat = objects["chat"]
+    chat = objects.chat
     messages = [chat_messages(t) for t in chat_texts]
     config = {"max_concurrency": concurrency} if concurrency else None
     runs: list[BatchRun] = [
         ("ChatOpenAI.batch (default config)", len(messages), lambda: chat.batch(messages)),
         ("ChatOpenAI.abatch", len(messages), lambda: asyncio.run(chat.abatch(messages, config=config))),
     ]
-    runs += all_classifier_runs(objects, texts, config)
+    runs += all_classifier_runs(objects.classifier, objects.classifier_ids, texts, config)
     return [timed(name, n, fn, pids) for name, n, fn in tqdm(runs, desc="batch paths", unit="path")]
 
 
-def all_classifier_runs(objects: dict[str, Any], texts: list[str], config: Any) -> list[BatchRun]:
-    """The batch runs of the text classifier and, with a tokenizer, the token-id one."""
-    runs = classifier_runs("", objects["classifier"], texts, config)
-    if "classifier_ids" in objects:
-        runs += classifier_runs(IDS, objects["classifier_ids"], texts, config)
+def all_classifier_runs(classifier: Any, classifier_ids: Any, texts: list[str], config: Any) -> list[BatchRun]:
+    """The batch runs of the text classifier and, where there is one, the token-id one."""
+    runs = classifier_runs("", classifier, texts, config)
+    if classifier_ids is not None:
+        runs += classifier_runs(IDS, classifier_ids, texts, config)
     return runs
 
 
@@ -157,10 +153,12 @@ __all__ = [
     "IDS",
     "SYSTEM",
     "BatchRun",
+    "PathObjects",
     "all_classifier_runs",
-    "build_head_paths",
     "build_paths",
     "chat_messages",
     "classifier_runs",
+    "head_request",
+    "request_body",
     "run_batches",
 ]

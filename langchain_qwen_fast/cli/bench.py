@@ -8,8 +8,8 @@ import dataclasses
 from pathlib import Path
 
 from langchain_qwen_fast.bench.compare import CompareOptions
-from langchain_qwen_fast.bench.variants import PROFILE_CHOICES
 from langchain_qwen_fast.cli.options import defaults, options_from
+from langchain_qwen_fast.serving.profiles import PROFILES
 
 DESCRIPTION = """\
 Latency and throughput, side by side against one server in one run.
@@ -23,8 +23,12 @@ openai SDK, ChatOpenAI.invoke/.batch/.abatch, LCEL prompt | ChatOpenAI, LLMChain
 interleaved item by item, so drift on a noisy machine hits all of them alike, and every
 request sends a text new to the server. Reports requests/s, p50/p95/p99 latency, client CPU
 ms per request and the ratio to the fastest path; writes JSON and a PNG chart. Needs the
-'bench' extra. Figures measured with it: docs/benchmarks.md.
+'bench' extra. Figures measured with it: docs/performance.md.
 """
+
+#: The flag sets a started server can have: the launcher's profiles, or auto (gpu where
+#: nvidia-smi sees a GPU, else cpu).
+PROFILE_CHOICES = ("auto", *PROFILES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,50 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat-items", type=int, help="items for ChatOpenAI.batch/.abatch (default: --items)")
     parser.add_argument("--invoke-items", type=int, help="items for each one-at-a-time path (default: %(default)s)")
     parser.add_argument("--concurrency", type=int, help="max_concurrency for abatch/batch (default: each's own)")
-    parser.add_argument(
-        "--replicas",
-        type=int,
-        help="with --start-server: then start more servers on the same GPU "
-        "and measure QwenClassifier spread over all of them",
-    )
-    parser.add_argument(
-        "--compare-flags",
-        metavar="JSON",
-        type=Path,
-        help='instead of the comparison, with --start-server: {"name": {"profile": ..., "drop": [...], '
-        '"flags": [...]}, ...}; starts a server per entry (the profile\'s flags without those in drop, then '
-        "flags) and measures latency, throughput, GPU memory and vLLM's stage times",
-    )
-    parser.add_argument(
-        "--mode",
-        choices=["generate", "head"],
-        help="with --compare-flags: the served model is a chat model (generate) or a classification head",
-    )
     parser.add_argument("--out", type=Path, help="folder for results.json and chart.png (default: %(default)s)")
     parser.add_argument("--label", help="free text naming the machine/model, kept in the JSON")
-    parser.add_argument("--sweep", action="store_true", help="also sweep batch_size × max_concurrency")
-    parser.add_argument(
-        "--service", action="store_true", help="also run 256 concurrent HTTP clients against qwen-fast api and vLLM"
-    )
-    parser.add_argument(
-        "--compare-quantization",
-        metavar="METHOD",
-        help="with --start-server: also start a server with --quantization METHOD (e.g. fp8) and compare",
-    )
-    parser.add_argument(
-        "--transformers-baseline",
-        action="store_true",
-        help="with --start-server: also time Hugging Face transformers (generate, linear head) on the same prompts",
-    )
-    parser.add_argument(
-        "--capabilities",
-        action="store_true",
-        help="also time multi-label, few-shot examples, an example selector and 40 labels against zero-shot",
-    )
-    parser.add_argument("--gpu-sample", action="store_true", help="sample GPU utilisation and memory per path")
-    parser.add_argument(
-        "--offline-ceiling", action="store_true", help="also run vLLM's offline engine (needs --start-server)"
-    )
     parser.set_defaults(**defaults(CompareOptions))
 
 

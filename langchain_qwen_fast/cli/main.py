@@ -4,7 +4,7 @@
     qwen-fast train data.csv --base-model Qwen/Qwen3-0.6B --method head --out models/news
     qwen-fast eval data.csv --base-url http://127.0.0.1:8000/v1
     qwen-fast classify rows.csv --out labelled.parquet --classifier models/news
-    qwen-fast bench --start-server .models/qwen3-tiny
+    qwen-fast bench --start-server .models/qwen3-tiny     # against ChatOpenAI, LCEL, raw HTTP...
     qwen-fast api models/news --base-url http://127.0.0.1:8000/v1   # HTTP service
     qwen-fast build-test-model --out .models/qwen3-tiny
 
@@ -41,9 +41,7 @@ COMMANDS: dict[str, Command] = {
     "train": Command("langchain_qwen_fast.cli.train", "fine-tune a classifier (head or SFT) on a labelled file"),
     "eval": Command("langchain_qwen_fast.cli.eval", "accuracy, macro-F1 and calibration on a labelled file"),
     "classify": Command("langchain_qwen_fast.cli.classify", "label every row of a CSV/JSONL/Parquet file, resumable"),
-    "bench": Command("langchain_qwen_fast.cli.bench", "side-by-side latency and throughput against other paths"),
-    "bench-job": Command("langchain_qwen_fast.cli.bench_job", "the classify job against abatch; the job's memory"),
-    "bench-scale": Command("langchain_qwen_fast.cli.bench_scale", "servers per GPU, load sweeps, router, traces"),
+    "bench": Command("langchain_qwen_fast.cli.bench", "side-by-side latency and throughput against LangChain paths"),
     "api": Command("langchain_qwen_fast.cli.api", "an HTTP classification service in front of vLLM"),
     "build-test-model": Command(
         "langchain_qwen_fast.cli.build_test_model", "write a tiny random-weight Qwen3 with the real vocabulary"

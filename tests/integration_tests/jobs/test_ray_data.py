@@ -141,14 +141,19 @@ def test_the_command_runs_the_job_on_ray(
 
 
 def test_the_job_benchmark_times_the_ray_path_beside_abatch(local_ray: None, server_url: str, tmp_path: Path) -> None:
-    """``qwen-fast bench-job --ray``: two actors over four shards, every row of each path
-    classified (the benchmark raises otherwise) and the rates reported; the figures themselves
-    are the benchmark's (docs/benchmarks.md), not this test's."""
-    from langchain_qwen_fast.bench.classify_job import JobBenchOptions, run_job_bench
+    """``python -m benchmarks.classify_job --ray``: two actors over four shards, every row of
+    each path classified (the benchmark raises otherwise) and the rates reported; the figures
+    themselves are the benchmark's (docs/performance.md), not this test's."""
+    from benchmarks.classify_job import JobBenchOptions, JobExtras, JobLoad, JobServer, run_speed
 
-    options = JobBenchOptions(base_url=server_url, rows=256, rounds=1, ray="local", ray_actors=2, out=str(tmp_path))
-    result = run_job_bench(options)
-    (rates,) = result["rounds"]
-    assert set(rates) == {"abatch", "job", "ray"} and all(rate > 0 for rate in rates.values())
-    assert result["ray_over_abatch"] == pytest.approx(rates["ray"] / rates["abatch"], rel=1e-3)
-    assert json.loads((tmp_path / "results.json").read_text())["ray_rows_per_s"] == result["ray_rows_per_s"]
+    options = JobBenchOptions(
+        server=JobServer(base_url=server_url),
+        load=JobLoad(rows=256, rounds=1),
+        extras=JobExtras(ray="local", ray_actors=2),
+        out=tmp_path,
+    )
+    result = run_speed(options)
+    (rates,) = result.rounds
+    assert rates.ray is not None and min(rates.abatch, rates.job, rates.ray) > 0
+    assert result.ray_over_abatch == pytest.approx(rates.ray / rates.abatch, rel=1e-3)
+    assert json.loads((tmp_path / "results.json").read_text())["ray_rows_per_s"] == result.ray_rows_per_s

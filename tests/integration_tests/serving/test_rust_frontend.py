@@ -84,12 +84,13 @@ def test_the_classifier_scores_as_on_the_python_server(
 
 
 def test_bench_scale_times_invoke_beside_raw_http_with_one_prompt_a_request(rust_server_url: str) -> None:
-    """``bench-scale``'s one-at-a-time figures on this frontend: the raw request is the
-    classifier's own, a single prompt (a list would be refused)."""
-    from langchain_qwen_fast.bench.measure import RunContext, warm_classifier
-    from langchain_qwen_fast.bench.scale import invoke_and_raw_http_p50
+    """``python -m benchmarks.scale``'s one-at-a-time figures on this frontend: the raw request
+    is the classifier's own, a single prompt (a list would be refused)."""
+    from benchmarks.common import warm_classifier
+    from benchmarks.scale import invoke_and_raw_http_p50
+    from langchain_qwen_fast.bench.measure import RunContext
 
     classifier = warm_classifier([rust_server_url], "qwen3", str(TINY_MODEL))
     figures = invoke_and_raw_http_p50(RunContext(), classifier, rust_server_url, "qwen3", 3)
-    assert figures["invoke p50 ms"] > 0 and figures["raw HTTP p50 ms"] > 0
-    assert figures["takes prompt lists"] is False
+    assert figures.invoke_p50_ms and figures.raw_http_p50_ms
+    assert figures.takes_prompt_lists is False

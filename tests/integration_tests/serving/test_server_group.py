@@ -88,55 +88,60 @@ def test_the_router_passes_classify_requests_to_a_head_server(head_server_url: s
 def test_the_scale_benchmark_measures_the_group(
     group: ServerGroup, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``qwen-fast bench-scale``'s parts on the running group (the command itself starts its own)."""
+    """``python -m benchmarks.scale``'s parts on the running group (the tool itself starts its own)."""
     import asyncio
 
+    from benchmarks import scale as bench
+    from benchmarks.common import warm_classifier
+    from benchmarks.cpu_profile import profile as cpu_profile
     from langchain_qwen_fast._core import processes as _processes
-    from langchain_qwen_fast.bench import scale as bench
-    from langchain_qwen_fast.bench.cpu_profile import profile as cpu_profile
-    from langchain_qwen_fast.bench.measure import RunContext, warm_classifier
+    from langchain_qwen_fast.bench.measure import RunContext
 
     urls, tokenizer = group.base_urls, str(tiny_model)
     monkeypatch.setattr(_processes, "MIN_ITEMS_PER_PROCESS", 64)  # 128 items reach both workers
     monkeypatch.setattr(bench, "SWEEP_GROUPS", (16, 32))  # a small grid: the sweep's steps, not its figures
     monkeypatch.setattr(bench, "SWEEP_IN_FLIGHT", (2,))
     row = bench.measure_subset(urls, "qwen3", tokenizer, 128, group.pids[:2], sweep=True, processes=[2])
-    default = row["default"][0]
-    assert row["servers"] == 2 and default["per_s"] > 0
-    assert [(c["batch_size"], c["max_concurrency"]) for c in row["sweep"]] == [(16, 4), (32, 4)]
-    assert len(row["default"]) == 2 and row["default_over_best"] > 0
-    again = row["best_again"]  # the best cell re-run against the defaults, interleaved
-    assert again["max_concurrency"] == 4 and len(again["best"]) == len(again["default"]) == 2
-    assert row["default_over_best_again"] == pytest.approx(sum(again["default"]) / sum(again["best"]), abs=1e-3)
-    assert default["host"]["host_cores_busy"] > 0.1  # the servers and client were working
-    assert default["cores_busy"]["engine_core"] > 0.05 and default["cores_busy"]["api_server"] > 0.01
-    assert 0 < default["cores_busy"]["client_event_loop"] <= default["cores_busy"]["client"] + 0.05
-    (spread,) = row["client_processes"]
-    assert spread["processes"] == 2 and len(spread["runs"]) == 2 and spread["over_one_process"] > 0
+    default = row.default[0]
+    assert row.servers == 2 and default.per_s > 0
+    assert [(c.batch_size, c.max_concurrency) for c in row.sweep] == [(16, 4), (32, 4)]
+    assert len(row.default) == 2 and row.default_over_best is not None and row.default_over_best > 0
+    again = row.best_again  # the best cell re-run against the defaults, interleaved
+    assert again is not None and again.max_concurrency == 4 and len(again.best) == len(again.default) == 2
+    assert row.default_over_best_again == pytest.approx(sum(again.default) / sum(again.best), abs=1e-3)
+    assert default.host.host_cores_busy is not None and default.host.host_cores_busy > 0.1  # servers and client worked
+    assert default.cores_busy["engine_core"] > 0.05 and default.cores_busy["api_server"] > 0.01
+    assert 0 < default.cores_busy["client_event_loop"] <= default.cores_busy["client"] + 0.05
+    (spread,) = row.client_processes
+    assert spread.processes == 2 and len(spread.runs) == 2 and spread.over_one_process > 0
     # The parent only hands out shares: its own CPU per item is far below one process's.
-    assert spread["runs"][0]["cores_busy"]["client"] < default["cores_busy"]["client"]
+    assert spread.runs[0].cores_busy["client"] < default.cores_busy["client"]
     routed = bench.router_against_client(
         RunContext(), urls, "qwen3", tokenizer, 128, "round_robin", tmp_path, single_requests=5
     )
-    assert len(routed["client"]) == len(routed["router"]) == 2 and routed["router_over_client"] > 0
+    assert len(routed.client) == len(routed.router) == 2 and routed.router_over_client > 0
     shape = bench.request_shape(urls[0], "qwen3", tokenizer, 64)
-    assert len(shape["now"]) == len(shape["with allowed_token_ids"]) == 2
+    assert len(shape.now) == len(shape.with_allowed_token_ids) == 2
     load = warm_classifier(urls[:1], "qwen3", tokenizer)
     one_at_a_time = bench.invoke_and_raw_http_p50(RunContext(), load, urls[0], "qwen3", 3)
-    assert one_at_a_time["invoke p50 ms"] > 0 and one_at_a_time["raw HTTP p50 ms"] > 0
-    assert one_at_a_time["takes prompt lists"]
+    assert one_at_a_time.invoke_p50_ms and one_at_a_time.raw_http_p50_ms
+    assert one_at_a_time.takes_prompt_lists
     texts = headlines(32)
     profile = cpu_profile(group.pids[0], 2, lambda: asyncio.run(load.abatch(texts)), tmp_path)
-    engine = next(p for p in profile if "EngineCore" in p)  # the engine core's samples, by function
-    assert profile[engine]["samples"] > 0 and profile[engine]["inclusive_pct"]
+    engine = next(p for p in profile.processes if "EngineCore" in p)  # the engine core's samples, by function
+    assert profile.processes[engine].samples > 0 and profile.processes[engine].inclusive_pct
+    work = bench.ceiling_work(load, "qwen3", 64, "generate")  # the reference row's prompts, from the plan
+    assert work.sampling is not None and len(work.prompts) == 64 and isinstance(work.prompts[0], list)
+    assert set(work.sampling.label_tokens) == set(load.prepare().answer_token_ids)
 
 
 def test_the_service_rows_load_vllm_and_qwen_fast_api_workers_from_client_processes(
     group: ServerGroup, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``bench-scale --service-workers``: clients in two processes, one text a request, straight
-    to the servers and to ``qwen-fast api --workers 2`` over them; every request answered."""
-    from langchain_qwen_fast.bench import service
+    """``python -m benchmarks.scale --service-workers``: clients in two processes, one text a
+    request, straight to the servers and to ``qwen-fast api --workers 2`` over them; every
+    request answered."""
+    from benchmarks import service
     from langchain_qwen_fast.bench.measure import RunContext
 
     monkeypatch.setattr(service, "load_processes", lambda: 2)
@@ -151,22 +156,23 @@ def test_the_service_rows_load_vllm_and_qwen_fast_api_workers_from_client_proces
 
 
 def test_scaling_rounds_interleave_the_layouts_with_cpu_per_item(group: ServerGroup, tiny_model: Path) -> None:
-    from langchain_qwen_fast.bench import scale as bench
+    from benchmarks import scale as bench
 
     layouts = {1: (group.base_urls[:1], group.pids[:1]), 2: (group.base_urls, group.pids)}
     report = bench.scaling_rounds(layouts, "qwen3", str(tiny_model), 128, rounds=2)
-    assert report["servers"] == [1, 2] and [len(report["per_s"][k]) for k in ("1", "2")] == [2, 2]
-    mean = {k: sum(v) / 2 for k, v in report["per_s"].items()}
-    assert report["ratio"] == pytest.approx(mean["2"] / mean["1"], abs=1e-3)
-    assert len(report["round_ratios"]) == 2
-    for run in report["runs"]["2"]:
+    assert report.servers == [1, 2] and [len(report.per_s[k]) for k in ("1", "2")] == [2, 2]
+    mean = {k: sum(v) / 2 for k, v in report.per_s.items()}
+    assert report.ratio == pytest.approx(mean["2"] / mean["1"], abs=1e-3)
+    assert len(report.round_ratios) == 2
+    for run in report.runs["2"]:
         # CPU per item of each role: the engine cores and API processes of both servers worked
-        assert run["us_per_item"]["engine_core"] > 0 and run["us_per_item"]["api_server"] > 0
-        assert run["us_per_item"]["client"] == pytest.approx(run["cores_busy"]["client"] / run["per_s"] * 1e6, rel=0.05)
+        assert run.us_per_item is not None
+        assert run.us_per_item["engine_core"] > 0 and run.us_per_item["api_server"] > 0
+        assert run.us_per_item["client"] == pytest.approx(run.cores_busy["client"] / run.per_s * 1e6, rel=0.05)
 
 
 def test_chosen_capability_rows_carry_the_servers_cpu_per_item(group: ServerGroup, tiny_model: Path) -> None:
-    from langchain_qwen_fast.bench.capabilities import run_capabilities
+    from benchmarks.capabilities import run_capabilities
 
     rows, ratios = run_capabilities(
         group.base_urls[:1], "qwen3", str(tiny_model), headlines(64), 1, ["8 static examples"], group.pids[:1]
@@ -194,14 +200,15 @@ def test_the_group_stops_every_process(group: ServerGroup) -> None:
 
 # After the group has stopped: these servers would otherwise make five on the machine at once.
 def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, tmp_path: Path) -> None:
-    from langchain_qwen_fast.bench.latency_variants import latency_variants
+    from benchmarks.latency_variants import latency_variants
+    from benchmarks.variants import Variant
     from langchain_qwen_fast.bench.measure import RunContext
 
     # The second variant is served by the Rust frontend, which takes one prompt a request: the raw
     # bodies and the classifier must fit it as they fit the Python API server.
     variants = {
-        "cpu profile": {},
-        "cpu profile, no prefix caching, Rust frontend": {"drop": ["--enable-prefix-caching"], "frontend": "rust"},
+        "cpu profile": Variant(),
+        "cpu profile, no prefix caching, Rust frontend": Variant(drop=("--enable-prefix-caching",), frontend="rust"),
     }
     run = RunContext()
     report = latency_variants(
@@ -209,7 +216,7 @@ def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, 
     )
     assert set(report) == set(variants)
     for row in report.values():
-        assert "error" not in row, row
-        assert row["raw_http_p50_ms"] > 0 and row["invoke_p50_ms"] > 0
-    assert "--enable-prefix-caching" not in report["cpu profile, no prefix caching, Rust frontend"]["flags"]
-    assert [row["frontend"] for row in report.values()] == ["python", "rust"]
+        assert row.error is None, row
+        assert row.raw_http_p50_ms and row.invoke_p50_ms
+    assert "--enable-prefix-caching" not in report["cpu profile, no prefix caching, Rust frontend"].flags
+    assert [row.frontend for row in report.values()] == ["python", "rust"]

@@ -12,10 +12,12 @@ from langchain_qwen_fast.bench.measure import (
     FreshTexts,
     PathResult,
     RunContext,
+    cores_between,
     own_tokenizer,
     p50_gap,
     require,
     run_one_at_a_time,
+    server_cpu_seconds,
 )
 from langchain_qwen_fast.errors import MissingDependencyError
 from langchain_qwen_fast.testing.samples import news_items
@@ -23,7 +25,7 @@ from langchain_qwen_fast.testing.samples import news_items
 
 def test_one_at_a_time_paths_never_send_a_text_twice() -> None:
     """A text sent again finds its whole prompt in vLLM's prefix cache and is answered faster
-    than a new one (docs/benchmarks.md): within a run, no text is sent twice."""
+    than a new one: within a run, no text is sent twice."""
     run = RunContext()
     sent: dict[str, list[str]] = {"a": [], "b": []}
     results = run_one_at_a_time(run, {name: sent[name].append for name in sent}, 5)
@@ -67,11 +69,11 @@ def test_news_items_continue_where_an_earlier_call_stopped() -> None:
 def test_a_path_summary_gives_rate_percentiles_cpu_and_the_ratio_to_the_fastest() -> None:
     result = PathResult("p", "one-at-a-time", 4, 2.0, 0.004, [1.0, 2.0, 3.0, 10.0], server_cores={"api_server": 0.5})
     row = result.summary(fastest_rps=4.0)
-    assert row["requests_per_s"] == 2.0 and row["ratio_to_fastest"] == 0.5
-    assert row["p50_ms"] == 2.0 and row["p99_ms"] == 10.0
-    assert row["client_cpu_ms_per_request"] == 1.0
-    assert row["cores_busy"] == {"client": 0.0, "api_server": 0.5}
-    assert "cores_busy" not in PathResult("q", "batch", 1, 1.0, 0.0).summary(1.0)  # no servers measured
+    assert row.requests_per_s == 2.0 and row.ratio_to_fastest == 0.5
+    assert row.p50_ms == 2.0 and row.p99_ms == 10.0
+    assert row.client_cpu_ms_per_request == 1.0
+    assert row.cores_busy == {"client": 0.0, "api_server": 0.5}
+    assert PathResult("q", "batch", 1, 1.0, 0.0).summary(1.0).cores_busy is None  # no servers measured
     faster = PathResult("f", "one-at-a-time", 4, 1.0, 0.0, [0.5, 1.5, 2.0, 2.0])
     assert p50_gap(result, faster) == 0.5
     assert p50_gap(result, PathResult("b", "batch", 1, 1.0, 0.0)) is None
@@ -90,3 +92,11 @@ def test_a_models_own_tokenizer_is_used_only_where_it_has_one(tmp_path: Path) ->
     (tmp_path / "tokenizer.json").write_text("{}")
     assert own_tokenizer(str(tmp_path)) == str(tmp_path)
     assert own_tokenizer(None) is None and own_tokenizer("Qwen/Qwen3-0.6B") is None
+
+
+def test_server_cores_are_each_roles_cpu_seconds_over_the_wall_time() -> None:
+    before = {"api_server": 1.0, "engine_core": 2.0, "other": 0.0}
+    after = {"api_server": 2.0, "engine_core": 5.0, "other": 0.5}
+    assert cores_between(before, after, 2.0) == {"api_server": 0.5, "engine_core": 1.5, "other": 0.25}
+    assert cores_between({}, after, 2.0) == {}  # no servers measured before: nothing to say
+    assert server_cpu_seconds([]) == {}  # no servers, no roles

@@ -35,7 +35,7 @@ def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None
         ("serve", ["--profile", "--api-key", "--served-model-name", "--print-command", "--lora"]),
         ("eval", ["--label-map", "--mode", "--abstain-below", "--limit", "--calibrate", "--target-accuracy"]),
         ("train", ["--base-model", "--method", "--out", "--lora", "--export", "--resume", "--patience"]),
-        ("bench", ["--start-server", "--base-url", "--replicas", "--compare-flags", "--sweep"]),
+        ("bench", ["--start-server", "--base-url", "--tokenizer", "--chat-items", "--invoke-items"]),
         ("build-test-model", ["--size", "--num-labels", "--tokenizer-from"]),
         ("api", ["--base-url", "--model", "--api-key-env", "--max-wait-ms", "--max-group"]),
     ],
@@ -74,6 +74,14 @@ def test_serve_rejects_vllm_flags_before_the_separator(capsys: pytest.CaptureFix
 def test_bench_needs_a_server(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "bench")
     assert code == 2 and "--base-url" in err and "--start-server" in err
+
+
+@pytest.mark.parametrize("name", ["bench-scale", "bench-job"])
+def test_the_measuring_labs_tools_are_not_commands(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """They are ``python -m benchmarks.scale`` and ``python -m benchmarks.classify_job`` in a
+    checkout of the repository, not part of the installed package."""
+    code, _, err = run(capsys, name)
+    assert code == 2 and "invalid choice" in err
 
 
 def test_eval_names_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -79,3 +79,54 @@ def test_latency_variants_drop_only_flags_the_gpu_profile_has() -> None:
             assert entry.get("frontend", "python") in ("python", "rust"), name
             for flag in entry.get("drop", []):
                 assert flag in PROFILES["gpu"].args, (name, flag)
+
+
+# -- the GPU scripts name only options their tools take --------------------------------------
+#: options of the other programs the scripts run (nvidia-smi's)
+OTHER_PROGRAMS_OPTIONS = {"--query-gpu", "--format"}
+#: an option word: not a value after "=" (``--server-arg=--flag`` passes a vLLM flag on), nor
+#: a quoted one (a vLLM flag in a server variant's JSON)
+OPTION = re.compile(r"(?<![\w=\"-])--[a-z][a-z0-9-]*")
+
+
+def tool_options(tool: str) -> set[str]:
+    """The option strings of a lab tool (``benchmarks.NAME``) or a ``qwen-fast`` subcommand."""
+    import argparse
+    import importlib
+
+    if tool.startswith("benchmarks."):
+        parser = importlib.import_module(tool).build_parser()
+    else:
+        from langchain_qwen_fast.cli.main import build_parser
+
+        commands = next(a for a in build_parser([tool])._actions if isinstance(a, argparse._SubParsersAction))
+        parser = commands.choices[tool]
+    return set(parser._option_string_actions)
+
+
+def tools_run_by(script: Path) -> set[str]:
+    """What ``script`` runs: lab tools, ``qwen-fast`` subcommands, and the scale tool through
+    ``gpu_scale.sh``."""
+    text = script.read_text()
+    tools = {f"benchmarks.{name}" for name in re.findall(r"python3? -m benchmarks\.([a-z_]+)", text)}
+    tools |= set(re.findall(r'"\$\{qwen_fast\[@\]\}" ([a-z][\w-]*)', text))
+    if script.name != "gpu_scale.sh" and re.search(r"bash \S*gpu_scale\.sh", text):
+        tools.add("benchmarks.scale")
+    return tools
+
+
+@pytest.mark.parametrize("script", sorted(SERVER_DIR.glob("gpu_*.sh")), ids=lambda p: p.name)
+def test_the_gpu_scripts_pass_only_options_their_tools_take(script: Path) -> None:
+    tools = tools_run_by(script)
+    assert tools, script.name
+    known = set().union(*(tool_options(tool) for tool in tools)) | OTHER_PROGRAMS_OPTIONS
+    assert set(OPTION.findall(script.read_text())) - known == set()
+
+
+def test_the_readmes_scale_commands_pass_only_the_scale_tools_options() -> None:
+    text = (SERVER_DIR / "README.md").read_text().split("## GPU benchmark")[1]
+    block = text.split("```bash\n")[1].split("```")[0].replace("\\\n", " ")
+    scale_runs = [line for line in block.splitlines() if re.search(r"gpu_(scale|frontends)\.sh", line)]
+    assert scale_runs
+    named = {option for line in scale_runs for option in OPTION.findall(line.split("#")[0])}
+    assert named - tool_options("benchmarks.scale") == set()

@@ -1,5 +1,5 @@
-"""What the host, its GPUs and the servers did: busy cores and their clock, GPU windows,
-server cores and vLLM's stage means from counter readings."""
+"""What the host and its GPUs did: busy cores and their clock, GPU windows, and vLLM's stage
+means from counter readings."""
 
 from __future__ import annotations
 
@@ -7,13 +7,7 @@ from typing import NamedTuple
 
 import pytest
 
-from langchain_qwen_fast.bench.sampling import (
-    busy_and_clock,
-    cores_between,
-    gpu_window,
-    server_cpu_seconds,
-    stage_means,
-)
+from benchmarks.sampling import GpuWindow, busy_and_clock, gpu_window, stage_means
 
 
 class CpuTimes(NamedTuple):  # the fields of psutil's per-CPU times that matter here
@@ -36,17 +30,8 @@ def test_busy_cores_and_their_clock_weighted_by_how_busy_each_was() -> None:
 def test_gpu_utilisation_is_given_per_gpu_as_well_as_over_all() -> None:
     samples = [(0.5, 0, 99.0, 1.0), (1.0, 0, 80.0, 10.0), (1.0, 1, 0.0, 5.0), (2.0, 0, 90.0, 12.0), (2.0, 1, 10.0, 5.0)]
     window = gpu_window(samples, 1.0, 2.0)  # the first sample is before the window
-    assert window["gpu_util_mean_pct_by_gpu"] == [85.0, 5.0]
-    assert window["gpu_util_mean_pct"] == 45.0 and window["gpu_mem_max_mib"] == 12.0
-    assert gpu_window(samples, 3.0, 4.0)["gpu_util_mean_pct"] is None
-
-
-def test_server_cores_are_each_roles_cpu_seconds_over_the_wall_time() -> None:
-    before = {"api_server": 1.0, "engine_core": 2.0, "other": 0.0}
-    after = {"api_server": 2.0, "engine_core": 5.0, "other": 0.5}
-    assert cores_between(before, after, 2.0) == {"api_server": 0.5, "engine_core": 1.5, "other": 0.25}
-    assert cores_between({}, after, 2.0) == {}  # no servers measured before: nothing to say
-    assert server_cpu_seconds([]) == {}  # no servers, no roles
+    assert window == GpuWindow(gpu_util_mean_pct=45.0, gpu_util_mean_pct_by_gpu=[85.0, 5.0], gpu_mem_max_mib=12.0)
+    assert gpu_window(samples, 3.0, 4.0) == GpuWindow()  # no samples: nothing to say
 
 
 def test_stage_means_are_the_new_sum_over_the_new_count() -> None:

@@ -1,7 +1,9 @@
-"""References without a server, on QwenClassifier's own prompts: Hugging Face transformers
-(``generate`` and a linear head, as the published figures were taken) and vLLM's offline
-engine (the ceiling no server path can pass). Rows of ``qwen-fast bench
---transformers-baseline`` and ``--offline-ceiling``; both load the model in this process."""
+"""References without a server, on QwenClassifier's own prompts (rendered by its plan,
+``QwenClassifier.prepare().render``): Hugging Face transformers (``generate`` and a linear
+head, as the published figures were taken) and vLLM's offline engine in this process. Rows of
+``python -m benchmarks.compare --transformers-baseline`` and ``--offline-ceiling``; both load
+the model in this process. The throughput benchmark's engine ceiling, several engines in
+processes of their own, is :mod:`benchmarks.ceiling`."""
 
 from __future__ import annotations
 
@@ -9,21 +11,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from langchain_qwen_fast.bench.measure import LABELS, PathResult
+from langchain_qwen_fast.bench.measure import PathResult
 
 
-def rendered_prompts(texts: list[str]) -> list[str]:
-    """QwenClassifier's text prompts for ``texts`` (the label set's head, then each text)."""
-    from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX, USER_OPEN, LabelSet
-
-    head = LabelSet.build(LABELS).render_head()
-    return [head + USER_OPEN + t + PROMPT_SUFFIX for t in texts]
-
-
-def transformers_baseline(model_dir: str, texts: list[str]) -> list[PathResult]:
-    """Hugging Face transformers on the same prompts, as the published figures were taken:
-    ``generate`` (one new token, greedy) at batch 1 and 16, and a linear head's forward pass
-    (``AutoModelForSequenceClassification``, 4 classes, a new random head) at batch 1 and 16."""
+def transformers_baseline(model_dir: str, prompts: list[str]) -> list[PathResult]:
+    """Hugging Face transformers on the classifier's rendered ``prompts``, as the published
+    figures were taken: ``generate`` (one new token, greedy) at batch 1 and 16, and a linear
+    head's forward pass (``AutoModelForSequenceClassification``, 4 classes, a new random head)
+    at batch 1 and 16."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -31,7 +26,6 @@ def transformers_baseline(model_dir: str, texts: list[str]) -> list[PathResult]:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
-    prompts = rendered_prompts(texts)
     results = []
 
     def timed_steps(name: str, n: int, batch: int, step: Callable[[list[str]], Any]) -> PathResult:
@@ -59,7 +53,7 @@ def transformers_baseline(model_dir: str, texts: list[str]) -> list[PathResult]:
                 **encoded, max_new_tokens=1, do_sample=False, pad_token_id=tokenizer.pad_token_id
             )
 
-    for batch, n in ((1, min(len(texts), 256)), (16, len(texts))):
+    for batch, n in ((1, min(len(prompts), 256)), (16, len(prompts))):
         results.append(timed_steps(f"transformers generate, batch {batch}", n, batch, generate))
     del models["causal"]
     models["head"] = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=4, dtype=dtype)
@@ -71,18 +65,17 @@ def transformers_baseline(model_dir: str, texts: list[str]) -> list[PathResult]:
         with torch.inference_mode():
             return models["head"](**encoded).logits.softmax(-1)
 
-    for batch, n in ((1, min(len(texts), 256)), (16, len(texts))):
+    for batch, n in ((1, min(len(prompts), 256)), (16, len(prompts))):
         results.append(timed_steps(f"transformers linear head, batch {batch}", n, batch, forward))
     return results
 
 
-def offline_ceiling(model_dir: str, texts: list[str]) -> list[PathResult]:
-    """vLLM's offline engine on the same prompts (QwenClassifier's rendering), one output token:
-    the ceiling no server path can pass. Token-id prompts and text prompts."""
+def offline_ceiling(model_dir: str, prompts: list[str]) -> list[PathResult]:
+    """vLLM's offline engine on the classifier's rendered ``prompts``, one output token, in
+    this process: token-id prompts (tokenised before the clock starts) and text prompts."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    prompts = rendered_prompts(texts)
     llm = LLM(model=model_dir, max_model_len=512, gpu_memory_utilization=0.3, enable_prefix_caching=True)
     tokenizer = llm.get_tokenizer()
     ids = [TokensPrompt(prompt_token_ids=tokenizer.encode(p, add_special_tokens=False)) for p in prompts]
@@ -93,8 +86,8 @@ def offline_ceiling(model_dir: str, texts: list[str]) -> list[PathResult]:
         c0, t0 = time.process_time(), time.perf_counter()
         llm.generate(batch, params, use_tqdm=False)
         t1 = time.perf_counter()
-        results.append(PathResult(name, "batch", len(texts), t1 - t0, time.process_time() - c0, window=(t0, t1)))
+        results.append(PathResult(name, "batch", len(prompts), t1 - t0, time.process_time() - c0, window=(t0, t1)))
     return results
 
 
-__all__ = ["offline_ceiling", "rendered_prompts", "transformers_baseline"]
+__all__ = ["offline_ceiling", "transformers_baseline"]

@@ -7,20 +7,21 @@ classifier's own transport on aiohttp. The rounds rotate the order and every
 request carries a text new to the server, so drift and the prefix cache hit all alike; the
 client's CPU per request is the figure a busy machine disturbs least.
 
-Run it against a server: ``QWEN_FAST_BASE_URL=http://127.0.0.1:8000/v1 python -m
-langchain_qwen_fast.bench.client_libraries`` prints the rows and the ratios as JSON (the
-served model is the first one ``/v1/models`` lists). Figures: docs/benchmarks.md.
+Run it against a server: ``python -m benchmarks.client_libraries --base-url
+http://127.0.0.1:8000/v1`` prints the rows and the ratios as JSON (the served model is the
+first one ``/v1/models`` lists unless ``--model`` names one).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
 import importlib.util
 import itertools
-import json
 import statistics
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,10 +29,10 @@ from typing import Any
 
 import orjson
 
-from langchain_qwen_fast._core import vllm_api
-from langchain_qwen_fast._core.transport import RetryPolicy, Transport
 from langchain_qwen_fast.bench.measure import LABELS, FreshTexts
-from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.bench.paths import request_body
+from langchain_qwen_fast.bench.report import as_json
+from langchain_qwen_fast.errors import ConfigurationError, QwenFastError
 
 #: The client paths compared, the first one the reference of the ratios (the classifier's
 #: async path on a server that takes prompt lists); ``httpx-threads`` is its sync path there,
@@ -92,6 +93,59 @@ class Round:
     failures: int
 
 
+@dataclasses.dataclass
+class LibraryRow:
+    """One library over its rounds: requests/s, client CPU ms a request and failed requests,
+    each round's, and the medians of the first two."""
+
+    requests_per_s: list[float]
+    client_cpu_ms_per_request: list[float]
+    failed_requests: list[int]
+    median_requests_per_s: float
+    median_client_cpu_ms_per_request: float
+
+    @classmethod
+    def of(cls, done: Sequence[Round]) -> LibraryRow:
+        """The row of a library's rounds."""
+        return cls(
+            requests_per_s=[round(d.requests / d.seconds, 1) for d in done],
+            client_cpu_ms_per_request=[round(d.cpu_seconds / d.requests * 1000, 3) for d in done],
+            failed_requests=[d.failures for d in done],
+            median_requests_per_s=round(statistics.median(d.requests / d.seconds for d in done), 1),
+            median_client_cpu_ms_per_request=round(
+                statistics.median(d.cpu_seconds / d.requests * 1000 for d in done), 3
+            ),
+        )
+
+
+@dataclasses.dataclass
+class LibraryRatio:
+    """A library's medians over the reference library's."""
+
+    requests_per_s: float
+    client_cpu_per_request: float
+
+
+@dataclasses.dataclass
+class LibrarySettings:
+    """What every library sent: timed requests a round, requests at once, rounds, and whether
+    the prompts were token ids or text."""
+
+    requests: int
+    in_flight: int
+    rounds: int
+    prompts: str
+
+
+@dataclasses.dataclass
+class LibrariesReport:
+    """The comparison: its settings, each library's row, and each library's ratios to the first."""
+
+    settings: LibrarySettings
+    libraries: dict[str, LibraryRow]
+    ratios: dict[str, LibraryRatio]
+
+
 def _one_round(library: str, url: str, headers: dict[str, str], bodies: Sequence[bytes], in_flight: int) -> Round:
     """Send ``bodies`` through ``library`` with ``in_flight`` requests at once. The first
     ``in_flight`` are untimed (they open the connections); the rest are timed."""
@@ -150,14 +204,23 @@ def _threads_round(
             return Round("httpx-threads", len(timed), time.perf_counter() - t0, time.process_time() - c0, failures)
 
 
+def classifier_transport(base_url: str, api_key: str | None, in_flight: int) -> Any:
+    """The classifier's own transport (retries, replica choice, typed errors) on aiohttp, as
+    it sends to a server that takes one prompt a request. The one place this folder builds
+    an object of the client's core."""
+    from langchain_qwen_fast._core.transport import AiohttpStack, RetryPolicy, Transport
+
+    transport = Transport(base_url, api_key=api_key, timeout=120.0, retry=RetryPolicy(), pool_size=in_flight)
+    transport.use_stack(AiohttpStack(transport.wire, transport.httpx))
+    return transport
+
+
 def _transport_round(
     url: str, headers: dict[str, str], warm: Sequence[bytes], timed: Sequence[bytes], in_flight: int
 ) -> Round:
-    """:func:`_one_round` through the classifier's :class:`Transport` on aiohttp."""
+    """:func:`_one_round` through :func:`classifier_transport`."""
     key = headers.get("authorization", "").removeprefix("Bearer ") or None
-    base = url.removesuffix("/completions")
-    transport = Transport(base, api_key=key, timeout=120.0, retry=RetryPolicy(), pool_size=in_flight)
-    transport.use_aiohttp()
+    transport = classifier_transport(url.removesuffix("/completions"), key, in_flight)
 
     async def main() -> Round:
         await transport.arequest_all([("POST", "completions", orjson.loads(b)) for b in warm], in_flight)
@@ -184,7 +247,7 @@ def compare_client_libraries(
     libraries: Sequence[str] | None = None,
     tokenizer: str | None = None,
     api_key: str | None = None,
-) -> dict[str, Any]:
+) -> LibrariesReport:
     """Each library (default: those of :data:`LIBRARIES` installed) sends ``requests``
     single-prompt classification requests with ``in_flight`` at once, for ``rounds`` rounds,
     the order rotating each round. The bodies are the classifier's own (its set-up run first
@@ -212,54 +275,81 @@ def compare_client_libraries(
         for library in chosen[r % len(chosen) :] + chosen[: r % len(chosen)]:
             texts = fresh(requests + in_flight)
             prompts = plan.encode(texts) if plan.tokenizer is not None else [plan.render(t) for t in texts]
-            bodies = [orjson.dumps(vllm_api.completions_body(plan, model, 0, [p])) for p in prompts]
+            bodies = [orjson.dumps(request_body(plan, model, [p])) for p in prompts]
             by_library[library].append(_one_round(library, url, headers, bodies, in_flight))
-    rows: dict[str, dict[str, Any]] = {
-        name: {
-            "requests_per_s": [round(d.requests / d.seconds, 1) for d in done],
-            "client_cpu_ms_per_request": [round(d.cpu_seconds / d.requests * 1000, 3) for d in done],
-            "failed_requests": [d.failures for d in done],
-            "median_requests_per_s": round(statistics.median(d.requests / d.seconds for d in done), 1),
-            "median_client_cpu_ms_per_request": round(
-                statistics.median(d.cpu_seconds / d.requests * 1000 for d in done), 3
-            ),
-        }
-        for name, done in by_library.items()
-    }
+    rows = {name: LibraryRow.of(done) for name, done in by_library.items()}
     first = rows[chosen[0]]
     ratios = {
-        f"{name} / {chosen[0]}": {
-            "requests_per_s": round(row["median_requests_per_s"] / first["median_requests_per_s"], 2),
-            "client_cpu_per_request": round(
-                row["median_client_cpu_ms_per_request"] / first["median_client_cpu_ms_per_request"], 2
+        f"{name} / {chosen[0]}": LibraryRatio(
+            requests_per_s=round(row.median_requests_per_s / first.median_requests_per_s, 2),
+            client_cpu_per_request=round(
+                row.median_client_cpu_ms_per_request / first.median_client_cpu_ms_per_request, 2
             ),
-        }
+        )
         for name, row in rows.items()
         if name != chosen[0]
     }
-    settings = {"requests": requests, "in_flight": in_flight, "rounds": rounds, "prompts": plan_kind(plan)}
-    return {"settings": settings, "libraries": rows, "ratios": ratios}
+    settings = LibrarySettings(requests, in_flight, rounds, "token ids" if plan.tokenizer is not None else "text")
+    return LibrariesReport(settings=settings, libraries=rows, ratios=ratios)
 
 
-def plan_kind(plan: Any) -> str:
-    """What the prompts were: token ids or text."""
-    return "token ids" if plan.tokenizer is not None else "text"
+def build_parser() -> argparse.ArgumentParser:
+    """``python -m benchmarks.client_libraries``'s options."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.client_libraries",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--base-url", required=True, help="a running vLLM server (…/v1)")
+    parser.add_argument("--model", help="served model name (default: the first one the server lists)")
+    parser.add_argument("--requests", type=int, default=2048, help="timed requests a round (default: %(default)s)")
+    parser.add_argument("--in-flight", type=int, default=256, help="requests at once (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="default: %(default)s")
+    parser.add_argument(
+        "--library", dest="libraries", action="append", choices=LIBRARIES, help="repeatable (default: all installed)"
+    )
+    parser.add_argument("--tokenizer", help="the model's tokenizer: token-id prompts (default: text prompts)")
+    parser.add_argument("--api-key", help="the server's API key, if it has one")
+    return parser
 
 
-def main() -> None:
-    """Compare the libraries against ``QWEN_FAST_BASE_URL`` (its first URL) and print the JSON."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Compare the libraries and print the JSON; the exit code."""
     import httpx
 
-    from langchain_qwen_fast._core.base_urls import resolve_base_url
-
-    urls = resolve_base_url(None)
-    base_url = urls if isinstance(urls, str) else urls[0]
-    served = vllm_api.parse_models(httpx.get(f"{base_url.rstrip('/')}/models", timeout=30).json())
-    print(json.dumps(compare_client_libraries(base_url, next(iter(served))), indent=1))
+    args = build_parser().parse_args(argv)
+    base_url = args.base_url.rstrip("/")
+    model = args.model or httpx.get(f"{base_url}/models", timeout=30).json()["data"][0]["id"]
+    try:
+        report = compare_client_libraries(
+            base_url,
+            model,
+            requests=args.requests,
+            in_flight=args.in_flight,
+            rounds=args.rounds,
+            libraries=args.libraries,
+            tokenizer=args.tokenizer,
+            api_key=args.api_key,
+        )
+    except QwenFastError as exc:
+        print(f"benchmarks.client_libraries: {exc}", file=sys.stderr)
+        return 1
+    print(as_json(report))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
 
 
-__all__ = ["LIBRARIES", "Round", "compare_client_libraries", "main"]
+__all__ = [
+    "LIBRARIES",
+    "LibrariesReport",
+    "LibraryRatio",
+    "LibraryRow",
+    "Round",
+    "build_parser",
+    "classifier_transport",
+    "compare_client_libraries",
+    "main",
+]

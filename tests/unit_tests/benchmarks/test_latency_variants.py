@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from langchain_qwen_fast.bench.latency_variants import without_logprobs
+from benchmarks.latency_variants import without_logprobs
 
 
 def test_the_no_logprobs_body_asks_the_same_step_for_its_token_only() -> None:

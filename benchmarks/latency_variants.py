@@ -2,27 +2,48 @@
 classifier's own request body (and the same without logprobs, to price them) and
 ``QwenClassifier.invoke``, in interleaved rounds, every request a text new to its server; with
 a variant's ``"torch_profile"``, its engine steps traced and split into CPU and GPU time
-(:mod:`langchain_qwen_fast.bench.traces`). ``qwen-fast bench-scale --latency-variants FILE``."""
+(:mod:`benchmarks.traces`). ``python -m benchmarks.scale --latency-variants FILE``."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_qwen_fast._core.stats import percentile
-from langchain_qwen_fast.bench.measure import RunContext, warm_classifier
-from langchain_qwen_fast.bench.sampling import histogram_totals, stage_means
-from langchain_qwen_fast.bench.traces import TRACE_SETTINGS, traced_steps
-from langchain_qwen_fast.bench.variants import resolve_profile, variant_flags
+from benchmarks.common import warm_classifier
+from benchmarks.sampling import histogram_totals, stage_means
+from benchmarks.traces import TRACE_SETTINGS, StepTrace, traced_steps
+from benchmarks.variants import Variant, resolve_profile, variant_flags
+from langchain_qwen_fast.bench.measure import RunContext, percentile
+from langchain_qwen_fast.bench.paths import request_body
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.serving import ProfileName, VLLMServer
 
 #: what each variant is timed on, one request of each in turn
 KINDS = ("raw", "raw_no_logprobs", "invoke")
+
+
+@dataclass
+class VariantLatency:
+    """One variant: how its server started (flags, environment, frontend) and, measured, the
+    p50 of raw HTTP with and without logprobs and of ``invoke`` (ms), raw HTTP's p10, vLLM's
+    own stage means where it keeps stats, its traced engine steps; or why it was not measured."""
+
+    flags: list[str]
+    env: dict[str, str]
+    frontend: str
+    raw_http_p50_ms: float | None = None
+    raw_http_no_logprobs_p50_ms: float | None = None
+    invoke_p50_ms: float | None = None
+    raw_http_p10_ms: float | None = None
+    server_stage_mean_ms: dict[str, float] = field(default_factory=dict)
+    engine_steps: StepTrace | None = None
+    engine_steps_error: str | None = None
+    error: str | None = None
 
 
 def without_logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,43 +54,43 @@ def without_logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
 def _servers(
     model: str,
     model_name: str,
-    variants: dict[str, dict[str, Any]],
+    variants: dict[str, Variant],
     log_dir: Path,
     gpu: int | None,
     base_profile: ProfileName,
-) -> tuple[dict[str, VLLMServer], dict[str, Any], dict[str, tuple[int, Path]]]:
+) -> tuple[dict[str, VLLMServer], dict[str, VariantLatency], dict[str, tuple[int, Path]]]:
     """A server for each variant (not started), each variant's report entry, and the traced
     variants' request counts and trace folders."""
     from langchain_qwen_fast.serving import PROFILES, VLLMServer, share_gpu_memory
 
     servers: dict[str, VLLMServer] = {}
-    report: dict[str, Any] = {}
+    report: dict[str, VariantLatency] = {}
     traced: dict[str, tuple[int, Path]] = {}
     for n, (name, variant) in enumerate(variants.items()):
         profile, flags = variant_flags(variant, base_profile)
-        if variant.get("torch_profile"):
+        if variant.torch_profile:
             trace_dir = (log_dir / f"trace-{n}").resolve()
-            traced[name] = (int(variant["torch_profile"]), trace_dir)
+            traced[name] = (variant.torch_profile, trace_dir)
             flags += ["--profiler-config", json.dumps({**TRACE_SETTINGS, "torch_profiler_dir": str(trace_dir)})]
         env = {
             # kept when flags are dropped (the "default" profile has none)
-            **PROFILES[resolve_profile(variant.get("profile", base_profile))].env,
+            **PROFILES[resolve_profile(variant.profile or base_profile)].env,
             **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}),
-            **variant.get("env", {}),
+            **variant.env,
         }
         if gpu is not None:  # all on one card
             flags = list(share_gpu_memory(flags, len(variants)))
         servers[name] = VLLMServer(
             model,
             profile=profile,
-            frontend=variant.get("frontend", "python"),
+            frontend=variant.frontend,
             served_model_name=model_name,
             extra_args=flags,
             env=env,
             log_path=log_dir / f"latency-{n}.log",
-            startup_timeout=float(variant.get("startup_timeout", 600)),
+            startup_timeout=variant.startup_timeout,
         )
-        report[name] = {"flags": flags, "env": variant.get("env", {}), "frontend": servers[name].frontend}
+        report[name] = VariantLatency(flags=flags, env=dict(variant.env), frontend=servers[name].frontend)
     return servers, report, traced
 
 
@@ -78,26 +99,24 @@ def latency_variants(
     model: str,
     model_name: str,
     tokenizer: str | None,
-    variants: dict[str, dict[str, Any]],
+    variants: dict[str, Variant],
     log_dir: Path,
     gpu: int | None = None,
     base_profile: ProfileName = "gpu",
     rounds: int = 3,
     items: int = 100,
-) -> dict[str, Any]:
+) -> dict[str, VariantLatency]:
     """One-at-a-time latency of server variants, all started side by side (on ``gpu``) and
     measured one request at a time in interleaved rounds: raw HTTP (the classifier's own
     request body; the same without logprobs, to price them) and ``QwenClassifier.invoke``,
     every request with a text new to its server (from ``run.fresh_texts``: nothing of it in
-    the prefix cache). Each variant is ``{"flags": [...], "drop": [...], "env": {...}}``
-    (:func:`~langchain_qwen_fast.bench.variants.variant_flags`, from ``base_profile``), served
-    by vLLM's Python API server or, with ``"frontend": "rust"``, its Rust frontend.
-    ``"torch_profile": N`` also traces N single requests with vLLM's torch profiler and splits
-    its engine steps into CPU and GPU time; ``"startup_timeout"`` (s) gives up on a variant
-    sooner. A variant that does not start gets an ``error`` and the others are measured."""
+    the prefix cache). Each variant's flags come from ``base_profile``
+    (:func:`~benchmarks.variants.variant_flags`); it is served by vLLM's Python API server or,
+    with ``frontend="rust"``, its Rust frontend. ``torch_profile=N`` also traces N single
+    requests with vLLM's torch profiler and splits its engine steps into CPU and GPU time;
+    ``startup_timeout`` gives up on a variant sooner. A variant that does not start gets an
+    ``error`` and the others are measured."""
     import httpx
-
-    from langchain_qwen_fast._core import vllm_api
 
     servers, report, traced = _servers(model, model_name, variants, log_dir, gpu, base_profile)
     try:
@@ -109,7 +128,7 @@ def latency_variants(
                 server.wait_ready()
                 ready[name] = warm_classifier([server.base_url], model_name, tokenizer)
             except Exception as exc:  # one variant that does not start must not lose the others
-                report[name]["error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+                report[name].error = f"{type(exc).__name__}: {str(exc)[-1500:]}"
         measured = rounds * items * len(KINDS)
         texts = run.fresh_texts(measured + max((requests for requests, _ in traced.values()), default=0))
         samples: dict[str, dict[str, list[float]]] = {name: {kind: [] for kind in KINDS} for name in ready}
@@ -118,7 +137,7 @@ def latency_variants(
         for name, classifier in ready.items():
             plan = classifier.prepare()
             prompts = plan.encode(texts) if tokenizer else [plan.render(text) for text in texts]
-            bodies[name] = [vllm_api.completions_body(plan, model_name, 0, [prompt]) for prompt in prompts]
+            bodies[name] = [request_body(plan, model_name, [prompt]) for prompt in prompts]
         stages_before = {name: histogram_totals(root) for name, root in roots.items()}
         with httpx.Client(timeout=30) as http:
 
@@ -137,28 +156,26 @@ def latency_variants(
                         classifier.invoke(texts[k + 2])
                         samples[name]["invoke"].append((time.perf_counter() - t0) * 1000)
             for name, got in samples.items():
-                report[name]["raw_http_p50_ms"] = percentile(got["raw"], 50)
-                report[name]["raw_http_no_logprobs_p50_ms"] = percentile(got["raw_no_logprobs"], 50)
-                report[name]["invoke_p50_ms"] = percentile(got["invoke"], 50)
-                report[name]["raw_http_p10_ms"] = percentile(got["raw"], 10)
-                stages = stage_means(stages_before[name], histogram_totals(roots[name]))  # empty unless stats are on
-                if stages:
-                    report[name]["server_stage_mean_ms"] = stages
+                row = report[name]
+                row.raw_http_p50_ms = percentile(got["raw"], 50)
+                row.raw_http_no_logprobs_p50_ms = percentile(got["raw_no_logprobs"], 50)
+                row.invoke_p50_ms = percentile(got["invoke"], 50)
+                row.raw_http_p10_ms = percentile(got["raw"], 10)
+                row.server_stage_mean_ms = stage_means(stages_before[name], histogram_totals(roots[name]))
             for name, (requests, trace_dir) in traced.items():
                 if name in ready:
                     url = f"{servers[name].base_url}/completions"
                     send = lambda body, url=url: timed_post(url, body)  # noqa: E731
                     try:
-                        report[name]["engine_steps"] = traced_steps(
+                        report[name].engine_steps = traced_steps(
                             roots[name], send, bodies[name][measured : measured + requests], trace_dir
                         )
                     except Exception as exc:  # a frontend without the profiler's routes loses its trace only
-                        report[name]["engine_steps_error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+                        report[name].engine_steps_error = f"{type(exc).__name__}: {str(exc)[-1500:]}"
     finally:
         for server in servers.values():
             server.stop()
-    print(json.dumps(report, indent=1), flush=True)
     return report
 
 
-__all__ = ["KINDS", "latency_variants", "without_logprobs"]
+__all__ = ["KINDS", "VariantLatency", "latency_variants", "without_logprobs"]

@@ -1,7 +1,7 @@
 """Where a vLLM engine step's time goes, from vLLM's torch profiler: single requests sent inside
 ``/start_profile`` and ``/stop_profile`` on a server started with :data:`TRACE_SETTINGS`, and the
 trace it writes split step by step into CPU time and the GPU work each step started. Used by
-``qwen-fast bench-scale --latency-variants`` (a variant's ``"torch_profile"``)."""
+``python -m benchmarks.scale --latency-variants`` (a variant's ``"torch_profile"``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_qwen_fast._core.stats import percentile
+from langchain_qwen_fast.bench.measure import percentile
 
 #: vLLM's ``--profiler-config`` for :func:`traced_steps`: the engine's torch profiler without
 #: Python stacks (their cost would stretch the CPU side of each step), and not the API process.
@@ -23,13 +24,27 @@ TRACE_SETTINGS = {"profiler": "torch", "torch_profiler_with_stack": False, "igno
 _GPU_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
+@dataclass
+class StepTrace:
+    """Where engine steps' time went: the steps found, the median of each figure a step
+    (:func:`summarize_step_trace`) and the GPU operations that took most time, in µs a step;
+    for a traced run, the requests sent and the trace file read, or why there is none."""
+
+    steps: int
+    median: dict[str, float] = field(default_factory=dict)
+    top_gpu_ops_us_per_step: dict[str, float] = field(default_factory=dict)
+    requests: int | None = None
+    trace: str | None = None
+    error: str | None = None
+
+
 def traced_steps(
     root_url: str,
     send: Callable[[dict[str, Any]], Any],
     bodies: Sequence[dict[str, Any]],
     trace_dir: Path,
     wait: float = 180.0,
-) -> dict[str, Any]:
+) -> StepTrace:
     """Send ``bodies`` one at a time inside vLLM's torch profiler (a server started with
     :data:`TRACE_SETTINGS` and ``trace_dir``) and summarise the trace it writes (waiting up to
     ``wait`` seconds for it)."""
@@ -49,13 +64,14 @@ def traced_steps(
                     summary = summarize_step_trace(json.load(file))
             except (OSError, EOFError, ValueError):  # still being written
                 continue
-            if summary["steps"]:
-                return {**summary, "requests": len(bodies), "trace": path.name}
+            if summary.steps:
+                summary.requests, summary.trace = len(bodies), path.name
+                return summary
         time.sleep(1.0)
-    return {"steps": 0, "error": f"no trace with engine steps under {trace_dir} after {wait:.0f} s"}
+    return StepTrace(steps=0, error=f"no trace with engine steps under {trace_dir} after {wait:.0f} s")
 
 
-def summarize_step_trace(trace: Mapping[str, Any], top: int = 12) -> dict[str, Any]:
+def summarize_step_trace(trace: Mapping[str, Any], top: int = 12) -> StepTrace:
     """Where each engine step's time goes, from a torch profiler trace (Chrome JSON) of a
     vLLM engine: a step is the worker's ``execute_...`` annotation with tokens scheduled, and
     the GPU work that starts between it and the next step is the step's. Per step (median):
@@ -84,16 +100,16 @@ def summarize_step_trace(trace: Mapping[str, Any], top: int = 12) -> dict[str, A
             row["to_last_gpu_end_ms"] = (reach - start) / 1000
         rows.append(row)
     if not rows:
-        return {"steps": 0}
+        return StepTrace(steps=0)
     keys = dict.fromkeys(key for row in rows for key in row)
     medians = {key: percentile([row[key] for row in rows if key in row], 50) for key in keys}
-    return {
-        "steps": len(rows),
-        "median": {key: round(value, 3) for key, value in medians.items() if value is not None},
-        "top_gpu_ops_us_per_step": {
+    return StepTrace(
+        steps=len(rows),
+        median={key: round(value, 3) for key, value in medians.items() if value is not None},
+        top_gpu_ops_us_per_step={
             name: round(us / len(rows), 1) for name, us in sorted(op_us.items(), key=lambda kv: -kv[1])[:top]
         },
-    }
+    )
 
 
 def _is_step(event: Mapping[str, Any]) -> bool:
@@ -107,4 +123,4 @@ def _is_step(event: Mapping[str, Any]) -> bool:
     )
 
 
-__all__ = ["TRACE_SETTINGS", "summarize_step_trace", "traced_steps"]
+__all__ = ["TRACE_SETTINGS", "StepTrace", "summarize_step_trace", "traced_steps"]

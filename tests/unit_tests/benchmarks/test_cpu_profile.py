@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from langchain_qwen_fast.bench.cpu_profile import summarize_profile
+from benchmarks.cpu_profile import summarize_profile
 
 API = 'process 10:"python -m vllm.entrypoints.openai.api_server --model m"'
 ENGINE = 'process 11:"VLLM::EngineCore"'
@@ -18,10 +18,10 @@ def test_samples_go_to_the_innermost_process_with_self_and_inclusive_shares() ->
     report = summarize_profile(COLLAPSED)
     assert list(report) == ["VLLM::EngineCore", "python -m vllm.entrypoints.openai.api_server --model m"]
     engine = report["VLLM::EngineCore"]
-    assert engine["samples"] == 60
-    assert engine["self_pct"] == {"forward (qwen3.py)": 75.0, "schedule (scheduler.py)": 25.0}
-    assert engine["inclusive_pct"]["busy_loop (core.py)"] == 100.0
-    assert engine["inclusive_pct"]["execute_model (model_runner.py)"] == 75.0
+    assert engine.samples == 60
+    assert engine.self_pct == {"forward (qwen3.py)": 75.0, "schedule (scheduler.py)": 25.0}
+    assert engine.inclusive_pct["busy_loop (core.py)"] == 100.0
+    assert engine.inclusive_pct["execute_model (model_runner.py)"] == 75.0
     api = report["python -m vllm.entrypoints.openai.api_server --model m"]
-    assert api["samples"] == 40 and api["self_pct"]["decode (detokenizer.py)"] == 75.0
-    assert "busy_loop (core.py)" not in api["inclusive_pct"]  # a child's frames stay the child's
+    assert api.samples == 40 and api.self_pct["decode (detokenizer.py)"] == 75.0
+    assert "busy_loop (core.py)" not in api.inclusive_pct  # a child's frames stay the child's

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_qwen_fast.bench.variants import load_variants, variant_flags
+from benchmarks.variants import Variant, load_variants, variant_flags
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.serving import PROFILES, drop_flags
 
@@ -19,7 +19,15 @@ def test_the_projects_variant_files_load() -> None:
         assert load_variants(ROOT / "server" / name)
 
 
-@pytest.mark.parametrize(("text", "message"), [("{", "not JSON"), ("[]", "want"), ('{"a": []}', "want")])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not JSON"),
+        ("[]", "want"),
+        ('{"a": []}', "want"),
+        ('{"a": {"flag": []}}', r"'a': unknown keys \['flag'\]"),
+    ],
+)
 def test_a_bad_file_is_named(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "v.json"
     path.write_text(text)
@@ -35,8 +43,17 @@ def test_dropping_flags_starts_from_vllms_defaults_with_the_rest_of_the_profile(
     variants = load_variants(path)
     assert variant_flags(variants["as is"], "gpu") == ("gpu", [])
     assert variant_flags(variants["cpu"], "gpu") == ("cpu", ["--seed", "1"])
-    dropped = {"drop": ["--disable-log-stats"], "flags": ["--seed", "1"]}
+    dropped = Variant(drop=("--disable-log-stats",), flags=("--seed", "1"))
     assert variant_flags(dropped, "gpu") == (
         "default",
         [*drop_flags(PROFILES["gpu"].args, ["--disable-log-stats"]), "--seed", "1"],
     )
+
+
+def test_a_variant_reads_every_key_of_its_object() -> None:
+    entry = {"profile": "cpu", "drop": ["--a"], "flags": ["--b", "1"], "env": {"X": "1"}, "frontend": "rust",
+             "torch_profile": 60, "startup_timeout": 90}  # fmt: skip
+    assert set(entry) == set(Variant.KEYS)
+    variant = Variant.from_json("v", entry)
+    assert variant == Variant("cpu", ("--a",), ("--b", "1"), {"X": "1"}, "rust", 60, 90.0)
+    assert Variant.from_json("plain", {}) == Variant()

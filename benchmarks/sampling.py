@@ -1,6 +1,7 @@
-"""What the host, its GPUs and the servers did while a benchmark ran: GPU utilisation and
-memory (``nvidia-smi``), the host's busy cores and their clock, the CPU time of the servers'
-processes by role (psutil), and vLLM's own per-stage request histograms (``/metrics``).
+"""What the host and its GPUs did while a benchmark ran: GPU utilisation and memory
+(``nvidia-smi``), the host's busy cores and their clock (psutil), and vLLM's own per-stage
+request histograms (``/metrics``). The CPU the servers' processes spent is measured by
+:func:`langchain_qwen_fast.bench.measure.server_cpu_seconds`.
 
 Importing this module imports nothing heavy; psutil and httpx are imported where used.
 """
@@ -13,7 +14,34 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass
+class GpuWindow:
+    """The GPUs over a span of time: mean utilisation over all of them and each one's own (an
+    idle GPU halves the mean of two), and the peak memory of any; None without samples."""
+
+    gpu_util_mean_pct: float | None = None
+    gpu_util_mean_pct_by_gpu: list[float] | None = None
+    gpu_mem_max_mib: float | None = None
+
+
+@dataclass
+class HostLoad:
+    """The whole host over a span of time: mean busy cores, and their busy-weighted clock."""
+
+    host_cores_busy: float | None
+    busy_core_mhz: float | None
+
+
+@dataclass
+class HostCpus:
+    """The host's logical CPUs and physical cores (None without psutil)."""
+
+    logical: int | None
+    physical: int | None
 
 
 class GpuSampler:
@@ -38,7 +66,7 @@ class GpuSampler:
                 index, util, mem = line.split(",")[:3]
                 self.samples.append((time.perf_counter(), int(index), float(util), float(mem)))
 
-    def window(self, start: float, end: float) -> dict[str, Any]:
+    def window(self, start: float, end: float) -> GpuWindow:
         """See :func:`gpu_window`."""
         return gpu_window(self.samples, start, end)
 
@@ -47,21 +75,20 @@ class GpuSampler:
         self._proc.terminate()
 
 
-def gpu_window(samples: Sequence[tuple[float, int, float, float]], start: float, end: float) -> dict[str, Any]:
-    """From ``(time, GPU index, util %, memory MiB)`` samples between ``start`` and ``end``
-    (perf_counter seconds): the mean utilisation over all GPUs and each GPU's own (an idle GPU
-    halves the mean of two), and the peak memory of any GPU."""
+def gpu_window(samples: Sequence[tuple[float, int, float, float]], start: float, end: float) -> GpuWindow:
+    """The GPUs from ``(time, GPU index, util %, memory MiB)`` samples between ``start`` and
+    ``end`` (perf_counter seconds)."""
     inside = [(g, u, m) for t, g, u, m in samples if start <= t <= end]
     if not inside:
-        return {"gpu_util_mean_pct": None, "gpu_util_mean_pct_by_gpu": None, "gpu_mem_max_mib": None}
+        return GpuWindow()
     by_gpu: dict[int, list[float]] = {}
     for g, u, _ in inside:
         by_gpu.setdefault(g, []).append(u)
-    return {
-        "gpu_util_mean_pct": round(sum(u for _, u, _ in inside) / len(inside), 1),
-        "gpu_util_mean_pct_by_gpu": [round(sum(v) / len(v), 1) for _, v in sorted(by_gpu.items())],
-        "gpu_mem_max_mib": max(m for _, _, m in inside),
-    }
+    return GpuWindow(
+        gpu_util_mean_pct=round(sum(u for _, u, _ in inside) / len(inside), 1),
+        gpu_util_mean_pct_by_gpu=[round(sum(v) / len(v), 1) for _, v in sorted(by_gpu.items())],
+        gpu_mem_max_mib=max(m for _, _, m in inside),
+    )
 
 
 def gpu_memory_mib() -> list[float]:
@@ -110,55 +137,25 @@ class HostCpuSampler:
             self.samples.append(busy_and_clock(before, after, clocks))
             before = after
 
-    def stop(self) -> dict[str, float | None]:
+    def stop(self) -> HostLoad:
         """Stop sampling; the mean busy cores and busy-weighted MHz over the samples."""
         self._done.set()
         self._thread.join()
         clocks = [m for _, m in self.samples if m is not None]
-        return {
-            "host_cores_busy": round(sum(b for b, _ in self.samples) / len(self.samples), 2) if self.samples else None,
-            "busy_core_mhz": round(sum(clocks) / len(clocks)) if clocks else None,
-        }
+        return HostLoad(
+            host_cores_busy=round(sum(b for b, _ in self.samples) / len(self.samples), 2) if self.samples else None,
+            busy_core_mhz=round(sum(clocks) / len(clocks)) if clocks else None,
+        )
 
 
-def host_cpus() -> dict[str, int | None]:
+def host_cpus() -> HostCpus:
     """The host's logical CPUs and physical cores (two logical CPUs a core: busy processes
     past the core count share a core's execution units)."""
     try:
         import psutil
     except ImportError:
-        return {"logical": None, "physical": None}
-    return {"logical": psutil.cpu_count(), "physical": psutil.cpu_count(logical=False)}
-
-
-def server_cpu_seconds(pids: Sequence[int]) -> dict[str, float]:
-    """CPU seconds used so far by the servers whose API processes are ``pids`` and their
-    children, by role: the API process, the engine core (vLLM titles it ``VLLM::EngineCore``)
-    and any other. Empty without psutil or servers."""
-    try:
-        import psutil
-    except ImportError:
-        return {}
-    totals = {"api_server": 0.0, "engine_core": 0.0, "other": 0.0}
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            continue
-        for proc in procs:
-            try:
-                times, name = proc.cpu_times(), proc.name()
-            except psutil.Error:
-                continue
-            role = "engine_core" if "EngineCor" in name else "api_server" if proc.pid == pid else "other"
-            totals[role] += times.user + times.system
-    return totals if pids else {}
-
-
-def cores_between(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
-    """Cores each role kept busy between two :func:`server_cpu_seconds` readings ``seconds`` apart."""
-    return {role: round((after[role] - before[role]) / seconds, 2) for role in after if role in before}
+        return HostCpus(None, None)
+    return HostCpus(logical=psutil.cpu_count(), physical=psutil.cpu_count(logical=False))
 
 
 # vLLM's own request histograms (present unless --disable-log-stats): where a request's time goes.
@@ -199,13 +196,14 @@ def stage_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[f
 __all__ = [
     "STAGE_HISTOGRAMS",
     "GpuSampler",
+    "GpuWindow",
     "HostCpuSampler",
+    "HostCpus",
+    "HostLoad",
     "busy_and_clock",
-    "cores_between",
     "gpu_memory_mib",
     "gpu_window",
     "histogram_totals",
     "host_cpus",
-    "server_cpu_seconds",
     "stage_means",
 ]

@@ -1,9 +1,10 @@
 """Many concurrent HTTP clients, each sending one text at a time: to ``qwen-fast api`` (the
 micro-batching service, in processes of its own) and straight to vLLM, one request per text
 (the published design), beside ``QwenClassifier.abatch`` on the same texts. Rows of
-``qwen-fast bench --service`` and ``qwen-fast bench-scale --service-workers``. The clients run
-in one or more processes (aiohttp, ``bench`` extra), each an event loop keeping its clients'
-connections open: at high request rates one such process is the limit (docs/benchmarks.md)."""
+``python -m benchmarks.compare --service`` and ``python -m benchmarks.scale --service-workers``;
+``server/service_cpu.py`` uses :func:`load_test`. The clients run in one or more processes
+(aiohttp), each an event loop keeping its clients' connections open: at high request rates
+one such process is the limit."""
 
 from __future__ import annotations
 
@@ -12,13 +13,23 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_qwen_fast._core.procedure import MAX_GROUP
-from langchain_qwen_fast.bench.measure import PathResult, RunContext, ready_classifier, timed
-from langchain_qwen_fast.bench.sampling import cores_between, server_cpu_seconds
+from langchain_qwen_fast.bench.measure import (
+    PathResult,
+    RunContext,
+    cores_between,
+    ready_classifier,
+    server_cpu_seconds,
+    timed,
+)
+from langchain_qwen_fast.bench.paths import request_body
 from langchain_qwen_fast.errors import MeasurementError, ServerStartError
 
 #: A request: the URL and the JSON body.
 Request = tuple[str, dict[str, Any]]
+
+#: Prompts a request in the last row (a server that takes prompt lists): set here rather
+#: than left to the classifier, so that the prompts in flight are known.
+PROMPTS_A_REQUEST = 128
 
 
 def load_processes() -> int:
@@ -146,14 +157,13 @@ def run_service(
     ``qwen-fast api`` over the same servers with each count of ``workers`` processes and each
     of ``groups_in_flight`` (None: the service's default), started here on a free port for the
     classifier's saved settings; then ``QwenClassifier.abatch``, at its defaults and with no
-    more prompts in flight than there are clients (at least one request of up to 128). Every
-    row has as many texts as ``texts``, new to the servers. Returns the rows and each
-    service's rate over vLLM's."""
+    more prompts in flight than there are clients (at least one request of
+    :data:`PROMPTS_A_REQUEST`). Every row has as many texts as ``texts``, new to the servers.
+    Returns the rows and each service's rate over vLLM's."""
     import subprocess
     import sys
     import tempfile
 
-    from langchain_qwen_fast._core import vllm_api
     from langchain_qwen_fast.serving import free_port
 
     classifier = ready_classifier(list(base_urls), model, tokenizer, warm_ups=0)
@@ -163,7 +173,7 @@ def run_service(
     straight = [
         (
             base_urls[k % len(base_urls)].rstrip("/") + "/completions",
-            vllm_api.completions_body(plan, model, 0, [plan.render(t)]),
+            request_body(plan, model, [plan.render(t)]),
         )
         for k, t in enumerate(texts)
     ]
@@ -198,19 +208,20 @@ def run_service(
     # No more prompts in flight than the clients keep: what the servers give at the clients'
     # depth, whatever a service in front of them groups. A server that takes one prompt a
     # request gets that many requests.
-    prompts_a_request = MAX_GROUP if plan.takes_prompt_lists else 1
+    prompts_a_request = PROMPTS_A_REQUEST if plan.takes_prompt_lists else 1
     requests_in_flight = max(1, clients // prompts_a_request)
-    in_flight = {"max_concurrency": requests_in_flight}
+    shallow = ready_classifier(list(base_urls), model, tokenizer, warm_ups=0, batch_size=prompts_a_request)
+    shallow.prepare()  # its set-up is not part of the row
     last = run.fresh_texts(len(texts))
     results.append(
         timed(
             f"QwenClassifier.abatch, at most {requests_in_flight * prompts_a_request} prompts in flight",
             len(last),
-            lambda: asyncio.run(classifier.abatch(last, in_flight)),
+            lambda: asyncio.run(shallow.abatch(last, {"max_concurrency": requests_in_flight})),
             pids,
         )
     )
     return results, checks
 
 
-__all__ = ["load_test", "run_service"]
+__all__ = ["PROMPTS_A_REQUEST", "Request", "load_processes", "load_test", "run_service"]

@@ -1,15 +1,16 @@
 """What each capability costs: ``QwenClassifier.abatch`` with multi-label, few-shot examples,
 an example selector or many labels, against zero-shot single-label on the same servers and
-texts. Rows of ``qwen-fast bench --capabilities`` and ``qwen-fast bench-scale
---capabilities-subsets``.
+texts. Rows of ``python -m benchmarks.compare --capabilities`` and ``python -m
+benchmarks.scale --capabilities-subsets``.
 
-Importing this module imports nothing heavy (the command modules read :data:`CAPABILITY_ROWS`
+Importing this module imports nothing heavy (the tools' parsers read :data:`CAPABILITY_ROWS`
 for their choices).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,16 +64,17 @@ def run_capabilities(
         InMemoryVectorStore,
         k=2,
     )
-    common: dict[str, Any] = {"base_url": base_url, "model": model, "tokenizer_path": tokenizer}
+    # the classifier on these servers, with one capability's settings
+    make = functools.partial(QwenClassifier, base_url=base_url, model=model, tokenizer_path=tokenizer)
     build: dict[str, Callable[[], Any]] = {
-        "zero-shot, 4 labels": lambda: QwenClassifier(labels=LABELS, **common),
-        "multi-label, 4 labels": lambda: QwenClassifier(labels=LABELS, multi_label=True, **common),
-        "8 static examples": lambda: QwenClassifier(labels=LABELS, examples=list(SAMPLE_EXAMPLES), **common),
-        "example selector (k=2)": lambda: QwenClassifier(labels=LABELS, example_selector=selector, **common),
-        "40 labels (label sequences)": lambda: QwenClassifier(labels=[f"Topic {i}" for i in range(40)], **common),
+        "zero-shot, 4 labels": lambda: make(labels=LABELS),
+        "multi-label, 4 labels": lambda: make(labels=LABELS, multi_label=True),
+        "8 static examples": lambda: make(labels=LABELS, examples=list(SAMPLE_EXAMPLES)),
+        "example selector (k=2)": lambda: make(labels=LABELS, example_selector=selector),
+        "40 labels (label sequences)": lambda: make(labels=[f"Topic {i}" for i in range(40)]),
     }
     wanted = {CAPABILITY_ROWS[0], *rows}
-    variants = {name: make() for name, make in build.items() if name in wanted}
+    variants = {name: build_one() for name, build_one in build.items() if name in wanted}
     best: dict[str, PathResult] = {}
     for classifier in variants.values():
         classifier.invoke("warm-up")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_qwen_fast.bench.capabilities import CAPABILITY_ROWS, check_rows, run_capabilities
+from benchmarks.capabilities import CAPABILITY_ROWS, check_rows, run_capabilities
 from langchain_qwen_fast.errors import ConfigurationError
 
 

@@ -1,0 +1,290 @@
+"""vLLM's own ceiling for a layout of servers: what the engine reaches in process, with no HTTP
+and no client, on the same hardware, model and prompts. The reference row of
+``python -m benchmarks.scale``, against which each layout's rate is also given as a fraction.
+
+One ``vllm.LLM`` engine a server of the layout, each in a process of its own started with that
+server's engine flags (precision, memory share, KV cache, compilation: the flags its command
+line has) and environment (its GPU; a fresh MPS daemon where the servers ran under MPS). The
+prompts are the classifier's own, rendered by its plan (``QwenClassifier.prepare()``): token
+ids where it has a tokenizer, else its text prompts, tokenised by each engine before the clock
+starts. Each engine is asked what the classifier asks a server (:func:`sampling_from_body`:
+one token, greedy, the label tokens' logprobs as the classifier's request asks for them). The
+texts are dealt among the engines (:func:`split_among`); each engine warms up, all start
+together, and the ceiling is every text over the span from the first start to the last finish.
+
+Importing this module imports nothing heavy: vLLM is imported in the engine processes only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast.serving import VLLMServer
+
+T = TypeVar("T")
+
+#: A prompt: token ids, or text an engine tokenises before its clock starts.
+Prompt = str | list[int]
+
+#: flags of a server's command line that only its HTTP side reads
+_HTTP_FLAGS = ("--host", "--port")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How to start one engine: the model, its server's engine flags and environment."""
+
+    model: str
+    flags: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CeilingSampling:
+    """``vllm.SamplingParams`` of the ceiling: the classifier's request's (one token, greedy,
+    the label tokens' logprobs as it asks for them), nothing detokenised."""
+
+    max_tokens: int
+    temperature: float
+    logprobs: int | None
+    logprob_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = None
+
+    @property
+    def label_tokens(self) -> list[int]:
+        """The tokens whose logprobs every answer must carry."""
+        return list(self.logprob_token_ids or self.allowed_token_ids or [])
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments of ``vllm.SamplingParams``."""
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {**given, "detokenize": False}
+
+
+@dataclass
+class EngineRun:
+    """One engine's share: its prompts, when it started and finished (wall-clock seconds), its
+    process's CPU seconds, the answers that carry every label token's logprob, or why it failed."""
+
+    index: int
+    prompts: int = 0
+    started: float = 0.0
+    finished: float = 0.0
+    cpu_seconds: float = 0.0
+    answered: int = 0
+    error: str | None = None
+
+
+@dataclass
+class Ceiling:
+    """The reference row: ``engines`` engines over ``items`` texts; their combined rate, how
+    the label tokens' logprobs were asked for, and each engine's run (or why there is no rate)."""
+
+    engines: int
+    items: int
+    per_s: float | None = None
+    seconds: float | None = None
+    request: str = ""
+    answered: int = 0
+    runs: list[EngineRun] = field(default_factory=list)
+    error: str | None = None
+
+
+def split_among(items: Sequence[T], parts: int) -> list[list[T]]:
+    """``items`` dealt into ``parts`` consecutive shares whose sizes differ by at most one,
+    the larger first (an empty share where there are fewer items than parts)."""
+    if parts < 1:
+        raise ValueError(f"parts must be at least 1, got {parts}")
+    size, extra = divmod(len(items), parts)
+    shares, start = [], 0
+    for k in range(parts):
+        end = start + size + (k < extra)
+        shares.append(list(items[start:end]))
+        start = end
+    return shares
+
+
+def fraction_of_ceiling(per_s: float | None, ceiling: Ceiling | None) -> float | None:
+    """``per_s`` as a fraction of the ceiling's rate (None without either)."""
+    if per_s is None or ceiling is None or not ceiling.per_s:
+        return None
+    return round(per_s / ceiling.per_s, 3)
+
+
+def sampling_from_body(body: Mapping[str, Any]) -> CeilingSampling:
+    """The engine's sampling settings for the classifier's ``/v1/completions`` body (see
+    :func:`langchain_qwen_fast.bench.paths.request_body`): the same answer length, temperature
+    and label-token logprobs, whichever way the body asks for them (``logprob_token_ids``, or
+    ``allowed_token_ids`` with a top-k of logprobs)."""
+    if "structured_outputs" in body:
+        raise ValueError("a constrained-choice request has no label-token logprobs to ask an engine for")
+    return CeilingSampling(
+        max_tokens=int(body.get("max_tokens", 1)),
+        temperature=float(body.get("temperature", 0.0)),
+        logprobs=body.get("logprobs"),
+        logprob_token_ids=list(body["logprob_token_ids"]) if body.get("logprob_token_ids") else None,
+        allowed_token_ids=list(body["allowed_token_ids"]) if body.get("allowed_token_ids") else None,
+    )
+
+
+def engine_flags(command: Sequence[str]) -> list[str]:
+    """The flags of a server's command line (``... serve MODEL FLAGS``) that set up its engine:
+    all of them but the HTTP side's (:data:`_HTTP_FLAGS` and their values)."""
+    words = list(command)
+    flags = words[words.index("serve") + 2 :] if "serve" in words else words
+    kept: list[str] = []
+    skip = False
+    for word in flags:
+        if skip:
+            skip = False
+            continue
+        name = word.split("=", 1)[0]
+        if name in _HTTP_FLAGS:
+            skip = "=" not in word
+            continue
+        kept.append(word)
+    return kept
+
+
+def engine_spec(server: VLLMServer, env: Mapping[str, str] | None = None) -> EngineSpec:
+    """The engine of ``server``: its model, engine flags and environment (``env`` on top)."""
+    own = {**server.profile.env, **server.command_env, **server.env, **(env or {})}
+    return EngineSpec(model=server.model, flags=tuple(engine_flags(server.command())), env=own)
+
+
+def measure_ceiling(
+    specs: Sequence[EngineSpec],
+    prompts: Sequence[Prompt],
+    warm_ups: Sequence[Prompt],
+    sampling: CeilingSampling,
+    timeout: float = 1800.0,
+) -> Ceiling:
+    """The ceiling of one engine a spec over ``prompts`` (dealt among them), each engine first
+    answering ``warm_ups``; every engine's process stopped at the end. ``timeout``: seconds for
+    the slowest engine to start and answer its share."""
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: vLLM and CUDA start clean
+    barrier = context.Barrier(len(specs))
+    results: Any = context.Queue()
+    shares = split_among(prompts, len(specs))
+    request = "logprob_token_ids" if sampling.logprob_token_ids else "allowed_token_ids"
+    ceiling = Ceiling(engines=len(specs), items=len(prompts), request=request)
+    processes = [
+        context.Process(
+            target=run_engine, args=(k, spec, share, list(warm_ups), sampling, barrier, results, timeout), daemon=False
+        )
+        for k, (spec, share) in enumerate(zip(specs, shares, strict=True))
+    ]
+    for process in processes:
+        process.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(ceiling.runs) < len(processes):
+            try:
+                ceiling.runs.append(results.get(timeout=max(1.0, deadline - time.monotonic())))
+            except queue.Empty:
+                ceiling.error = f"{len(processes) - len(ceiling.runs)} engines gave no answer within {timeout:.0f} s"
+                break
+    finally:
+        for process in processes:
+            process.join(60)
+            if process.is_alive():
+                process.terminate()
+                process.join(30)
+    ceiling.runs.sort(key=lambda r: r.index)
+    failed = [f"engine {r.index}: {r.error}" for r in ceiling.runs if r.error]
+    if failed:
+        ceiling.error = "; ".join(failed)
+    if ceiling.error is None:
+        ceiling.seconds = round(max(r.finished for r in ceiling.runs) - min(r.started for r in ceiling.runs), 3)
+        ceiling.per_s = round(len(prompts) / ceiling.seconds, 1)
+        ceiling.answered = sum(r.answered for r in ceiling.runs)
+    return ceiling
+
+
+def _engine_settings(model: str, flags: Sequence[str]) -> dict[str, Any]:
+    """``vllm.LLM``'s keyword arguments for a server's engine ``flags``: every engine setting
+    the flags change from vLLM's defaults, read by vLLM's own parser."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    ours = EngineArgs.from_cli_args(parser.parse_known_args(["--model", model, *flags])[0])
+    plain = EngineArgs.from_cli_args(parser.parse_known_args(["--model", model])[0])
+    return {
+        f.name: getattr(ours, f.name)
+        for f in dataclasses.fields(EngineArgs)
+        if f.name != "model" and getattr(ours, f.name) != getattr(plain, f.name)
+    }
+
+
+def _ids(tokenizer: Any, prompt: Prompt) -> list[int]:
+    """``prompt``'s token ids: as given, or made with ``tokenizer`` from its text."""
+    return prompt if not isinstance(prompt, str) else list(tokenizer.encode(prompt, add_special_tokens=False))
+
+
+def run_engine(
+    index: int,
+    spec: EngineSpec,
+    prompts: list[Prompt],
+    warm_ups: list[Prompt],
+    sampling: CeilingSampling,
+    barrier: Any,
+    results: Any,
+    timeout: float,
+) -> None:
+    """One engine's process: start it as its server was, warm it, wait for the others, answer
+    its share, put its :class:`EngineRun` on ``results``. A failure aborts the barrier, so no
+    other engine waits for this one."""
+    run = EngineRun(index=index, prompts=len(prompts))
+    try:
+        os.environ.update(spec.env)  # before vLLM (and CUDA) are imported
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        llm = LLM(model=spec.model, **_engine_settings(spec.model, spec.flags))
+        # Text prompts are tokenised here, before the clock starts (a server started without a
+        # tokenizer is given token ids only).
+        tokenizer = llm.get_tokenizer() if any(isinstance(p, str) for p in (*prompts, *warm_ups)) else None
+
+        def as_ids(batch: list[Prompt]) -> list[Any]:
+            return [TokensPrompt(prompt_token_ids=_ids(tokenizer, p)) for p in batch]
+
+        params = SamplingParams(**sampling.params())
+        timed, warm = as_ids(prompts), as_ids(warm_ups)
+        if warm:
+            llm.generate(warm, params, use_tqdm=False)
+        barrier.wait(timeout)
+        cpu, run.started = time.process_time(), time.time()
+        answers = llm.generate(timed, params, use_tqdm=False) if timed else []
+        run.finished, run.cpu_seconds = time.time(), time.process_time() - cpu
+        labels = set(sampling.label_tokens)
+        run.answered = sum(
+            1 for a in answers if a.outputs and a.outputs[0].logprobs and labels <= set(a.outputs[0].logprobs[0])
+        )
+    except BaseException as exc:  # reported, never raised: the parent waits on every engine's answer
+        barrier.abort()
+        run.error = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+    results.put(run)
+
+
+__all__ = [
+    "Ceiling",
+    "CeilingSampling",
+    "EngineRun",
+    "EngineSpec",
+    "engine_flags",
+    "engine_spec",
+    "fraction_of_ceiling",
+    "measure_ceiling",
+    "run_engine",
+    "sampling_from_body",
+    "split_among",
+]
