@@ -11,6 +11,8 @@ starts. Each engine is asked what the classifier asks a server (:func:`sampling_
 one token, greedy, the label tokens' logprobs as the classifier's request asks for them). The
 texts are dealt among the engines (:func:`split_among`); each engine warms up, all start
 together, and the ceiling is every text over the span from the first start to the last finish.
+:func:`ceiling_work` makes the prompts and the sampling from a classifier set up against the
+servers; :func:`ceilings` measures one ceiling a layout size after the servers stop.
 
 Importing this module imports nothing heavy: vLLM is imported in the engine processes only.
 """
@@ -25,6 +27,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from langchain_qwen_fast.bench.measure import FreshTexts
+from langchain_qwen_fast.bench.paths import request_body
+from langchain_qwen_fast.errors import QwenFastError
+from langchain_qwen_fast.serving.mps import MPSDaemon
+from langchain_qwen_fast.testing.samples import news_items
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.serving import VLLMServer
@@ -209,6 +217,62 @@ def measure_ceiling(
     return ceiling
 
 
+@dataclass
+class CeilingWork:
+    """What every ceiling of the run answers: the classifier's prompts for the run's texts and
+    for a few warm-up texts, and the sampling its request asks for; or why there is none."""
+
+    prompts: list[Any] = field(default_factory=list)
+    warm_ups: list[Any] = field(default_factory=list)
+    sampling: CeilingSampling | None = None
+    reason: str | None = None
+
+
+def ceiling_work(classifier: Any, model_name: str, items: int, mode: str) -> CeilingWork:
+    """The ceiling's prompts and sampling from ``classifier``'s plan (its set-up done against
+    the group): token ids where it has a tokenizer, else its text prompts."""
+    if mode != "generate":
+        return CeilingWork(reason="a classification head's ceiling is not measured (generate mode only)")
+    plan = classifier.prepare()
+
+    def prompts(texts: list[str]) -> list[Any]:
+        return list(plan.encode(texts)) if plan.tokenizer is not None else [plan.render(t) for t in texts]
+
+    timed = prompts(news_items(items))
+    try:
+        sampling = sampling_from_body(request_body(plan, model_name, timed[:1]))
+    except ValueError as exc:
+        return CeilingWork(reason=str(exc))
+    return CeilingWork(prompts=timed, warm_ups=prompts(FreshTexts()(64)), sampling=sampling)
+
+
+def ceilings(
+    specs: Sequence[EngineSpec], work: CeilingWork, sizes: Sequence[int], mps: bool, timeout: float
+) -> list[Ceiling]:
+    """vLLM's ceiling with the first k engines of ``specs`` for each k in ``sizes``; under a
+    fresh MPS daemon where the servers ran under one."""
+    found = []
+    for k in sorted(set(sizes)):
+        if work.sampling is None:
+            found.append(Ceiling(engines=k, items=len(work.prompts), error=work.reason or "no sampling settings"))
+            continue
+        daemon = MPSDaemon() if mps else None
+        try:
+            if daemon is not None:
+                daemon.start()
+            env = daemon.env if daemon is not None else {}
+            chosen = [dataclasses.replace(spec, env={**spec.env, **env}) for spec in specs[:k]]
+            found.append(measure_ceiling(chosen, work.prompts, work.warm_ups, work.sampling, timeout))
+        except QwenFastError as exc:  # no MPS daemon: the row says why, the report keeps the rest
+            found.append(Ceiling(engines=k, items=len(work.prompts), error=f"{type(exc).__name__}: {exc}"))
+        finally:
+            if daemon is not None:
+                daemon.stop()
+        shown = f"{found[-1].per_s}/s" if found[-1].per_s else found[-1].error
+        print(f"vLLM ceiling, {k} engine{'s' if k > 1 else ''}: {shown}", flush=True)
+    return found
+
+
 def _engine_settings(model: str, flags: Sequence[str]) -> dict[str, Any]:
     """``vllm.LLM``'s keyword arguments for a server's engine ``flags``: every engine setting
     the flags change from vLLM's defaults, read by vLLM's own parser."""
@@ -278,8 +342,11 @@ def run_engine(
 __all__ = [
     "Ceiling",
     "CeilingSampling",
+    "CeilingWork",
     "EngineRun",
     "EngineSpec",
+    "ceiling_work",
+    "ceilings",
     "engine_flags",
     "engine_spec",
     "fraction_of_ceiling",

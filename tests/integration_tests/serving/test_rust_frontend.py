@@ -87,7 +87,7 @@ def test_bench_scale_times_invoke_beside_raw_http_with_one_prompt_a_request(rust
     """``python -m benchmarks.scale``'s one-at-a-time figures on this frontend: the raw request
     is the classifier's own, a single prompt (a list would be refused)."""
     from benchmarks.common import warm_classifier
-    from benchmarks.scale import invoke_and_raw_http_p50
+    from benchmarks.layouts import invoke_and_raw_http_p50
     from langchain_qwen_fast.bench.measure import RunContext
 
     classifier = warm_classifier([rust_server_url], "qwen3", str(TINY_MODEL))

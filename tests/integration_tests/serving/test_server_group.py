@@ -91,7 +91,8 @@ def test_the_scale_benchmark_measures_the_group(
     """``python -m benchmarks.scale``'s parts on the running group (the tool itself starts its own)."""
     import asyncio
 
-    from benchmarks import scale as bench
+    from benchmarks import layouts as bench
+    from benchmarks.ceiling import ceiling_work
     from benchmarks.common import warm_classifier
     from benchmarks.cpu_profile import profile as cpu_profile
     from langchain_qwen_fast._core import processes as _processes
@@ -130,7 +131,7 @@ def test_the_scale_benchmark_measures_the_group(
     profile = cpu_profile(group.pids[0], 2, lambda: asyncio.run(load.abatch(texts)), tmp_path)
     engine = next(p for p in profile.processes if "EngineCore" in p)  # the engine core's samples, by function
     assert profile.processes[engine].samples > 0 and profile.processes[engine].inclusive_pct
-    work = bench.ceiling_work(load, "qwen3", 64, "generate")  # the reference row's prompts, from the plan
+    work = ceiling_work(load, "qwen3", 64, "generate")  # the reference row's prompts, from the plan
     assert work.sampling is not None and len(work.prompts) == 64 and isinstance(work.prompts[0], list)
     assert set(work.sampling.label_tokens) == set(load.prepare().answer_token_ids)
 
@@ -156,7 +157,7 @@ def test_the_service_rows_load_vllm_and_qwen_fast_api_workers_from_client_proces
 
 
 def test_scaling_rounds_interleave_the_layouts_with_cpu_per_item(group: ServerGroup, tiny_model: Path) -> None:
-    from benchmarks import scale as bench
+    from benchmarks import layouts as bench
 
     layouts = {1: (group.base_urls[:1], group.pids[:1]), 2: (group.base_urls, group.pids)}
     report = bench.scaling_rounds(layouts, "qwen3", str(tiny_model), 128, rounds=2)

@@ -10,6 +10,7 @@ import pytest
 from benchmarks import scale
 from benchmarks._options import leaf_names
 from benchmarks.ceiling import Ceiling
+from benchmarks.layouts import ScalingRounds, SubsetRow, Throughput, us_per_item
 from benchmarks.sampling import HostCpus, HostLoad
 from benchmarks.scale import (
     CapabilityOptions,
@@ -20,8 +21,6 @@ from benchmarks.scale import (
     RouterOptions,
     ScaleOptions,
     ServiceOptions,
-    Throughput,
-    us_per_item,
 )
 from langchain_qwen_fast.bench.report import header
 from langchain_qwen_fast.cli.options import whole_numbers
@@ -111,13 +110,11 @@ def _throughput(per_s: float) -> Throughput:
 def test_each_layout_is_given_as_a_fraction_of_the_ceiling_for_as_many_engines() -> None:
     report = scale.ScaleReport(header("L"), 2, "python", [], 100, False, HostCpus(None, None))
     report.subsets = [
-        scale.SubsetRow(servers=1, mode="generate", default=[_throughput(400.0), _throughput(600.0)]),
-        scale.SubsetRow(servers=2, mode="generate", default=[_throughput(900.0)]),
-        scale.SubsetRow(servers=4, mode="generate", default=[_throughput(1000.0)]),
+        SubsetRow(servers=1, mode="generate", default=[_throughput(400.0), _throughput(600.0)]),
+        SubsetRow(servers=2, mode="generate", default=[_throughput(900.0)]),
+        SubsetRow(servers=4, mode="generate", default=[_throughput(1000.0)]),
     ]
-    report.scaling = scale.ScalingRounds(
-        [1, 2], "generate", {"1": [500.0, 500.0], "2": [800.0]}, {"1": [], "2": []}, 1.6, []
-    )
+    report.scaling = ScalingRounds([1, 2], "generate", {"1": [500.0, 500.0], "2": [800.0]}, {"1": [], "2": []}, 1.6, [])
     report.ceiling = [Ceiling(engines=1, items=100, per_s=1000.0), Ceiling(engines=2, items=100, error="no MPS")]
     scale.with_fractions(report)
     assert [row.fraction_of_ceiling for row in report.subsets] == [0.5, None, None]  # no ceiling for 2 or 4
