@@ -1,9 +1,11 @@
 """Caches of finished classifications, so repeated texts never touch the network.
 
 A cache maps a key to a classification's JSON. The classifier makes the key from everything
-that decides a result (server, model, the full prompt layout with labels, descriptions,
-instructions and examples, the scoring steps, the thresholds) and the text, hashed together,
-so a changed configuration can never hit an old entry. Off by default:
+that decides a result (server, model, the served weights as ``/v1/models`` reports them, this
+release, the full prompt layout with labels, descriptions, instructions and examples, the
+scoring steps, the thresholds) and the text, hashed together, so a changed configuration or
+redeployed weights can never hit an old entry. A cache that fails (a locked or corrupt
+database) costs no results: the classifier logs it and asks the server. Off by default:
 ``QwenClassifier(..., cache=InMemoryCache())`` or ``cache=SQLiteCache("labels.db")``.
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
+import queue
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -19,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast.errors import ConfigurationError
+
+_log = logging.getLogger("langchain_qwen_fast")
 
 
 class ClassificationCache(abc.ABC):
@@ -107,28 +113,49 @@ class InMemoryCache(ClassificationCache):
 
 
 class SQLiteCache(ClassificationCache):
-    """A persistent cache in an SQLite file (shared by processes that open the same file).
+    """A persistent cache in an SQLite file, shared by the processes that open the same file.
+
+    Writes never wait on the caller's thread (an event loop's, say): :meth:`update` hands its
+    batch to the cache's writer thread, which writes each batch in one transaction; entries
+    waiting to be written are already found by :meth:`lookup`. At most ``max_pending`` batches
+    wait: past that a batch is not kept (a cache only saves work), with a warning. The file is
+    in WAL mode with a busy timeout, so several processes read and write it at once.
 
     Args:
         path: the database file; created with its table if missing.
+        max_pending: batches waiting for the writer, at most.
+        busy_timeout: seconds a write waits for another process's transaction.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, max_pending: int = 1024, busy_timeout: float = 5.0) -> None:
         super().__init__()
         self.path = Path(path)
-        self._connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._connection.execute("PRAGMA journal_mode=WAL")
-        self._connection.execute("CREATE TABLE IF NOT EXISTS classifications (key TEXT PRIMARY KEY, value TEXT)")
+        self._busy_ms = int(busy_timeout * 1000)
+        self._connection = self._connect()
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._queue: queue.Queue[dict[str, dict[str, Any]] | None] = queue.Queue(maxsize=max_pending)
+        self._writer = threading.Thread(target=self._write_batches, name="qwen-fast-cache", daemon=True)
+        self._writer.start()
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("CREATE TABLE IF NOT EXISTS classifications (key TEXT PRIMARY KEY, value TEXT)")
+        return connection
 
     def __len__(self) -> int:
+        self.flush()
         with self._lock:
             return int(self._connection.execute("SELECT COUNT(*) FROM classifications").fetchone()[0])
 
     def _get(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
         with self._lock:
-            for start in range(0, len(keys), 500):  # SQLite caps the parameters of one query
-                part = list(keys[start : start + 500])
+            found.update({key: self._pending[key] for key in keys if key in self._pending})
+            rest = [key for key in keys if key not in found]
+            for start in range(0, len(rest), 500):  # SQLite caps the parameters of one query
+                part = rest[start : start + 500]
                 marks = ",".join("?" * len(part))
                 rows = self._connection.execute(
                     f"SELECT key, value FROM classifications WHERE key IN ({marks})", part
@@ -137,16 +164,57 @@ class SQLiteCache(ClassificationCache):
         return found
 
     def _put(self, values: Mapping[str, dict[str, Any]]) -> None:
+        batch = dict(values)
         with self._lock:
-            self._connection.executemany(
-                "INSERT OR REPLACE INTO classifications (key, value) VALUES (?, ?)",
-                [(key, json.dumps(value)) for key, value in values.items()],
+            self._pending.update(batch)
+        try:
+            self._queue.put_nowait(batch)
+        except queue.Full:
+            with self._lock:
+                for key in batch:
+                    self._pending.pop(key, None)
+            _log.warning(
+                "SQLiteCache: %d batches already wait to be written; %d results not kept",
+                self._queue.maxsize,
+                len(batch),
             )
 
+    def _write_batches(self) -> None:
+        writer = self._connect()
+        try:
+            while (batch := self._queue.get()) is not None:
+                try:
+                    with writer:  # one transaction for the whole batch
+                        writer.execute("BEGIN IMMEDIATE")
+                        writer.executemany(
+                            "INSERT OR REPLACE INTO classifications (key, value) VALUES (?, ?)",
+                            [(key, json.dumps(value)) for key, value in batch.items()],
+                        )
+                except sqlite3.Error as exc:
+                    _log.warning("SQLiteCache: writing %d results failed: %s", len(batch), exc)
+                finally:
+                    with self._lock:
+                        for key, value in batch.items():
+                            if self._pending.get(key) is value:
+                                del self._pending[key]
+                    self._queue.task_done()
+            self._queue.task_done()
+        finally:
+            writer.close()
+
+    def flush(self) -> None:
+        """Wait until every batch handed to :meth:`update` so far is written."""
+        if self._writer.is_alive():
+            self._queue.join()
+
     def _clear(self) -> None:
+        self.flush()
         with self._lock:
             self._connection.execute("DELETE FROM classifications")
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Write what waits, stop the writer and close the database."""
+        if self._writer.is_alive():
+            self._queue.put(None)
+            self._writer.join()
         self._connection.close()

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -37,6 +38,10 @@ MAX_CONCURRENCY_PER_REPLICA = 8
 #: The same for a server that takes one prompt a request (vLLM's Rust frontend): every prompt
 #: is a request of its own, so as many are in flight as a grouped load has prompts in flight.
 ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA = 256
+#: Seconds a failed set-up's error is given to every caller before the set-up is tried again:
+#: with the server unreachable, the callers waiting on one set-up all hear its failure, rather
+#: than each trying in turn behind the one before.
+SETUP_RETRY_COOLDOWN = 2.0
 #: ``ainvoke`` calls that do their set-up at once, at the least: a thousand simultaneous calls
 #: would otherwise all build their requests before any awaited the network, holding the loop.
 _MIN_AINVOKE_GATE = 16
@@ -118,6 +123,8 @@ class Engine:
             servers=tuple(self._transport.base_urls),
         )
         self._plans: dict[Node, ClassifierPlan] | None = None
+        #: the last set-up's failure, and until when it stands
+        self._setup_failure: tuple[float, Exception] | None = None
         self._plan_lock = threading.Lock()
         self._aplan_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -145,7 +152,12 @@ class Engine:
         if self._plans is None:
             with self._plan_lock:
                 if self._plans is None:
-                    plans = drive(self._transport, self._procedure.setup_steps(), self.max_concurrency())
+                    self._raise_recent_failure()
+                    try:
+                        plans = drive(self._transport, self._procedure.setup_steps(), self.max_concurrency())
+                    except Exception as exc:
+                        self._setup_failure = (time.monotonic() + SETUP_RETRY_COOLDOWN, exc)
+                        raise
                     self._plans = self._fit_transport(plans)
         return self._plans
 
@@ -155,9 +167,20 @@ class Engine:
             lock = self._aplan_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
             async with lock:
                 if self._plans is None:
-                    plans = await adrive(self._transport, self._procedure.setup_steps(), self.max_concurrency())
+                    self._raise_recent_failure()
+                    try:
+                        plans = await adrive(self._transport, self._procedure.setup_steps(), self.max_concurrency())
+                    except Exception as exc:
+                        self._setup_failure = (time.monotonic() + SETUP_RETRY_COOLDOWN, exc)
+                        raise
                     self._plans = self._fit_transport(plans)
         return self._plans
+
+    def _raise_recent_failure(self) -> None:
+        """Raise the last set-up's failure while it stands (see ``SETUP_RETRY_COOLDOWN``)."""
+        failure = self._setup_failure
+        if failure is not None and time.monotonic() < failure[0]:
+            raise failure[1].with_traceback(None)
 
     def _fit_transport(self, plans: dict[Node, ClassifierPlan]) -> dict[Node, ClassifierPlan]:
         """``plans``, with the transport's HTTP stack fitted to the server they were learnt

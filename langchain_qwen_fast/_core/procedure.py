@@ -8,10 +8,13 @@ value. ``drive``/``adrive`` in the transport run it with blocking or async I/O.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, Literal
 
 from langchain_qwen_fast._core import vllm_api
@@ -31,6 +34,17 @@ from langchain_qwen_fast._core.prompting import (
 from langchain_qwen_fast._core.temperature import apply_temperature
 from langchain_qwen_fast._core.transport import Call, Steps
 from langchain_qwen_fast.errors import InvalidInputError, QwenFastError, ResponseFormatError, ServerStatusError
+
+_log = logging.getLogger("langchain_qwen_fast")
+
+
+@functools.cache
+def _release() -> str:
+    try:
+        return metadata.version("langchain-qwen-fast")
+    except metadata.PackageNotFoundError:  # a source tree never installed
+        return "0.0.0"
+
 
 # Work on a big async batch is done in slices with a yield to the event loop between them,
 # so that however large an abatch is, it never holds the loop for long (the soak in
@@ -94,7 +108,8 @@ class Procedure:
     def setup_steps(self) -> Steps[dict[Node, ClassifierPlan]]:
         """Every node's plan, learnt from the server, and whether the server takes a list of
         prompts in one request (the first probe finds out; see :meth:`_probe_steps`)."""
-        served = vllm_api.parse_models(_raise_any((yield [vllm_api.models_call()]))[0])
+        models_reply = _raise_any((yield [vllm_api.models_call()]))[0]
+        served = vllm_api.parse_models(models_reply)
         if self.model not in served:
             where = ", ".join(self.servers) or "the server"
             raise QwenFastError(f"model {self.model!r} is not served at {where}; it serves {sorted(served)}")
@@ -111,7 +126,11 @@ class Procedure:
             plans[node] = plan
         if lists.taken is None:  # no plan needed a probe (constrained choice): one for this alone
             yield from self._probe_steps(plans[()], 0, lists)
-        return {node: dataclasses.replace(plan, takes_prompt_lists=bool(lists.taken)) for node, plan in plans.items()}
+        identity = vllm_api.model_identity(models_reply, self.model)
+        return {
+            node: dataclasses.replace(plan, takes_prompt_lists=bool(lists.taken), served=identity)
+            for node, plan in plans.items()
+        }
 
     def _probe_steps(self, plan: ClassifierPlan, step: int, lists: _Lists) -> Steps[Any]:
         """The server's reply to a one-prompt request for ``step``, learning on the way whether
@@ -340,8 +359,11 @@ class Procedure:
             fingerprint = self._fingerprint(plan, node)
             keys = {b: hashlib.sha256(f"{fingerprint}\0{b}".encode()).hexdigest() for b in bodies}
             body_of = {k: b for b, k in keys.items()}
-            for key, cached in self.cache.lookup(list(keys.values())).items():
-                outcome[body_of[key]] = Classification.model_validate(cached)
+            for key, cached in _looked_up(self.cache, list(keys.values())).items():
+                try:
+                    outcome[body_of[key]] = Classification.model_validate(cached)
+                except ValueError as exc:  # a corrupt entry is a miss
+                    _log.warning("cache entry %s unreadable, asked again: %s", key[:12], exc)
         pending = [b for b in bodies if b not in outcome]
 
         prompt_of: dict[str, Any] = {}
@@ -379,7 +401,7 @@ class Procedure:
                 outcome[body] = exc
         if self.cache is not None:
             fresh = [b for b in pending if isinstance(outcome[b], Classification)]
-            self.cache.update({keys[b]: outcome[b].model_dump(mode="json") for b in fresh})
+            _store(self.cache, {keys[b]: outcome[b].model_dump(mode="json") for b in fresh})
         for body, indices in where.items():
             for i in indices:
                 results[i] = outcome[body]
@@ -479,6 +501,10 @@ class Procedure:
             "temperature": self.rules.temperature,
             "thresholds": dict(sorted(self.rules.thresholds.items())),
             "logprob_token_ids": plan.has_logprob_token_ids,
+            # the served weights (as the server names them) and this release's procedure:
+            # redeployed weights, or a release that reads scores differently, miss old entries
+            "served": plan.served,
+            "release": _release(),
         }
         return hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()
 
@@ -538,6 +564,24 @@ def _below(parent: Classification, child: Classification) -> Classification:
     )
 
 
+def _looked_up(cache: ClassificationCache, keys: list[str]) -> dict[str, Any]:
+    """The cache's entries for ``keys``; none (every key a miss) when the cache fails: a cache
+    only saves work, it never costs a batch its results."""
+    try:
+        return cache.lookup(keys)
+    except Exception as exc:
+        _log.warning("cache lookup failed, %d texts asked again: %s: %s", len(keys), type(exc).__name__, exc)
+        return {}
+
+
+def _store(cache: ClassificationCache, values: dict[str, Any]) -> None:
+    """Store ``values`` in the cache; a failure is logged and the results go on."""
+    try:
+        cache.update(values)
+    except Exception as exc:
+        _log.warning("cache update failed, %d results not kept: %s: %s", len(values), type(exc).__name__, exc)
+
+
 def _length_error(plan: ClassifierPlan, reply: Any) -> QwenFastError | None:
     try:
         return plan.length_error(len(vllm_api.parse_tokenize(reply)))
@@ -552,8 +596,14 @@ def _raise_any(results: list[Any]) -> list[Any]:
     return results
 
 
+#: The answers that say one of a request's prompts is bad (the request itself, its size, a
+#: value in it): only these are split to find the prompt. 401/403/404 and the like are the
+#: same for every prompt, so splitting would only multiply the requests.
+_SPLIT_ON = frozenset({400, 413, 422})
+
+
 def _is_request_error(reply: Any) -> bool:
-    return isinstance(reply, ServerStatusError) and not reply.retryable and reply.status_code < 500
+    return isinstance(reply, ServerStatusError) and reply.status_code in _SPLIT_ON
 
 
 __all__ = ["Node", "Procedure", "Rules"]

@@ -225,6 +225,9 @@ class ClassifierPlan:
     #: the server reads a list of prompts in one request; vLLM's Rust frontend takes one prompt
     #: a request (see :meth:`~langchain_qwen_fast._core.procedure.Procedure.setup_steps`)
     takes_prompt_lists: bool = True
+    #: what the server says of the weights it serves (its ``/v1/models`` entry): part of the
+    #: cache key, so that redeployed weights never answer from an old entry
+    served: str = ""
 
     @classmethod
     def generate(

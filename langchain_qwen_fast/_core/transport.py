@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 import orjson
@@ -375,42 +375,119 @@ class AiohttpStack(HTTPStack):
             io.stop()
 
 
+#: How a try on a replica ended, for the replica's record: ``ok`` (an answer that is not a
+#: server error, 4xx included: those are the request's fault), ``failed`` (a timeout or a 5xx),
+#: ``unreachable`` (the connection failed), ``cancelled`` (the caller gave up: no verdict).
+Outcome = Literal["ok", "failed", "unreachable", "cancelled"]
+
+
 class Replicas:
-    """Which replica each try goes to: among the replicas not resting, the one with the fewest
-    requests outstanding (ties go round in turn), never one this request already tried while
-    another is left. A replica whose connection fails rests ``cooldown`` seconds, then takes
-    traffic again (if every replica rests, they are tried anyway: nothing waits on a timer).
+    """Which replica each try goes to, and which replicas rest (outlier ejection).
+
+    Among the replicas not resting, a try goes to the one with the fewest requests outstanding
+    (ties go round in turn), never one this request already tried while another is left. A
+    replica is ejected, that is rests, when its connection fails, or after ``max_failures``
+    failed tries in a row (timeouts, 5xx): a replica answering 503 in a millisecond would
+    otherwise always have the fewest requests outstanding and win most first tries. It rests
+    ``cooldown`` seconds, doubled at each ejection in a row up to ``max_cooldown``; then it is
+    on probation, taking one try at a time, until a try succeeds (its record is cleared) or
+    fails (it rests again, longer). If every replica rests, they are tried anyway: nothing
+    waits on a timer. One replica is never ejected: there is nowhere else to go.
     """
 
-    def __init__(self, count: int, cooldown: float = 5.0) -> None:
+    def __init__(self, count: int, cooldown: float = 5.0, max_cooldown: float = 60.0, max_failures: int = 3) -> None:
         self.count = count
         self.cooldown = cooldown
+        self.max_cooldown = max_cooldown
+        self.max_failures = max_failures
         self.outstanding = [0] * count
+        #: first tries each replica got (a retry is not counted)
+        self.first_tries = [0] * count
         self._resting_until = [0.0] * count
+        self._failures = [0] * count
+        self._ejections = [0] * count
         self._turn = itertools.count()
         self._lock = threading.Lock()
+
+    def resting(self) -> list[int]:
+        """The replicas resting now."""
+        now = time.monotonic()
+        with self._lock:
+            return [k for k in range(self.count) if self._resting_until[k] > now]
 
     def acquire(self, tried: set[int]) -> int:
         """The replica for the next try, counted as outstanding until :meth:`release`."""
         if self.count == 1:
+            self.first_tries[0] += not tried
             return 0
         now = time.monotonic()
         with self._lock:
             fresh = [k for k in range(self.count) if k not in tried] or list(range(self.count))
-            awake = [k for k in fresh if self._resting_until[k] <= now] or fresh
+            # On probation (rested before, not yet proven): one try at a time.
+            usable = [
+                k for k in fresh if self._resting_until[k] <= now and not (self._ejections[k] and self.outstanding[k])
+            ] or fresh
             start = next(self._turn)
-            chosen = min(awake, key=lambda k: (self.outstanding[k], (k - start) % self.count))
+            chosen = min(usable, key=lambda k: (self.outstanding[k], (k - start) % self.count))
             self.outstanding[chosen] += 1
+            self.first_tries[chosen] += not tried
             return chosen
 
-    def release(self, replica: int, *, connection_failed: bool = False) -> None:
-        """The try on ``replica`` is over; a failed connection sends the replica to rest."""
+    def release(self, replica: int, outcome: Outcome = "ok") -> None:
+        """The try on ``replica`` is over, as ``outcome`` says (see :data:`Outcome`)."""
         if self.count == 1:
             return
         with self._lock:
             self.outstanding[replica] -= 1
-            if connection_failed:
-                self._resting_until[replica] = time.monotonic() + self.cooldown
+            if outcome == "ok":
+                self._failures[replica] = self._ejections[replica] = 0
+            elif outcome == "unreachable":
+                self._eject(replica)
+            elif outcome == "failed":
+                self._failures[replica] += 1
+                if self._failures[replica] >= self.max_failures or self._ejections[replica]:
+                    self._eject(replica)
+
+    def _eject(self, replica: int) -> None:
+        rest = min(self.max_cooldown, self.cooldown * 2 ** self._ejections[replica])
+        self._resting_until[replica] = max(self._resting_until[replica], time.monotonic() + rest)
+        self._ejections[replica] += 1
+        self._failures[replica] = 0
+
+
+class RetryBudget:
+    """Caps the extra load retries add: each first try earns ``ratio`` of a retry, and
+    ``min_per_second`` more are earned with time, up to ``capacity`` saved; a retry spends one.
+    Under overload, when most tries fail, retries then add at most that share of the load
+    instead of multiplying it by the retry count (the retry budgets of Finagle and Envoy)."""
+
+    def __init__(self, ratio: float = 0.2, min_per_second: float = 10.0, capacity: float = 100.0) -> None:
+        self.ratio = ratio
+        self.min_per_second = min_per_second
+        self.capacity = capacity
+        self._tokens = capacity
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.min_per_second)
+        self._at = now
+
+    def earn(self) -> None:
+        """A first try was made."""
+        with self._lock:
+            self._refill()
+            self._tokens = min(self.capacity, self._tokens + self.ratio)
+
+    def spend(self) -> bool:
+        """Whether a retry may go now (and if so, it is paid for)."""
+        with self._lock:
+            self._refill()
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
 
 
 class Transport:
@@ -448,6 +525,7 @@ class Transport:
         self.base_urls = [u.rstrip("/") for u in urls]
         self.base_url = self.base_urls[0]
         self.replicas = Replicas(len(self.base_urls))
+        self.budget = RetryBudget()
         headers = {"content-type": "application/json"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
@@ -459,6 +537,8 @@ class Transport:
         self.stack: HTTPStack = self.httpx
         self._retrying = Retrying(**self._retry_kwargs(_retryable))
         self._aretrying = AsyncRetrying(**self._retry_kwargs(_retryable))
+        #: retries refused by the retry budget so far
+        self.retries_refused = 0
         self._jitter = wait_random_exponential(multiplier=retry.initial_backoff, max=retry.max_backoff)
 
     def use_stack(self, stack: HTTPStack) -> None:
@@ -474,12 +554,19 @@ class Transport:
         return AiohttpStack(self.wire, self.httpx, connector)
 
     def _retry_kwargs(self, retryable: Callable[[BaseException], bool]) -> dict[str, Any]:
-        return dict(
-            stop=stop_after_attempt(self.retry.max_attempts) | stop_before_delay(self.retry.deadline),
-            wait=self._wait,
-            retry=retry_if_exception(retryable),
-            reraise=True,
-        )
+        policy = stop_after_attempt(self.retry.max_attempts) | stop_before_delay(self.retry.deadline)
+
+        def stop(state: RetryCallState) -> bool:
+            # Asked only once the error is retryable, and the policy's stop comes first: a
+            # retry is paid for only when it would really be made.
+            if policy(state):
+                return True
+            if self.budget.spend():
+                return False
+            self.retries_refused += 1
+            return True
+
+        return dict(stop=stop, wait=self._wait, retry=retry_if_exception(retryable), reraise=True)
 
     def retrying(self, retryable: Callable[[BaseException], bool]) -> tuple[Retrying, AsyncRetrying]:
         """This transport's retry policy for calls made through another client (the chat
@@ -525,14 +612,18 @@ class Transport:
         try:
             status, body, retry_after = self.stack.send(method, self._url(replica, path), content)
         except httpx.HTTPError as exc:
-            self.replicas.release(replica, connection_failed=not isinstance(exc, httpx.TimeoutException))
+            self.replicas.release(replica, "failed" if isinstance(exc, httpx.TimeoutException) else "unreachable")
             raise _translate(exc, path) from None
-        self.replicas.release(replica)
+        except BaseException:
+            self.replicas.release(replica, "cancelled")
+            raise
+        self.replicas.release(replica, "failed" if status >= 500 else "ok")
         return _decode(status, body, retry_after, path)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One request, retried per the policy; returns the decoded JSON."""
         content = _content(body)
+        self.budget.earn()
         return self._retrying.copy()(self._send, method, path, set(), content)
 
     def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
@@ -560,12 +651,12 @@ class Transport:
             status, body, retry_after = await self.stack.asend(method, self._url(replica, path), content)
         except self.stack.network_errors as exc:
             timed_out = isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError))
-            self.replicas.release(replica, connection_failed=not timed_out)
+            self.replicas.release(replica, "failed" if timed_out else "unreachable")
             raise _translate(exc, path) from None  # type: ignore[arg-type]
         except BaseException:  # cancelled: the try is over all the same
-            self.replicas.release(replica)
+            self.replicas.release(replica, "cancelled")
             raise
-        self.replicas.release(replica)
+        self.replicas.release(replica, "failed" if status >= 500 else "ok")
         return _decode(status, body, retry_after, path)
 
     async def arequest(self, method: str, path: str, body: Any = None) -> Any:
@@ -574,6 +665,7 @@ class Transport:
 
     async def _arequest(self, method: str, path: str, body: Any = None) -> Any:
         content = await asyncio.to_thread(_content, body) if callable(body) else _content(body)
+        self.budget.earn()
         return await self._aretrying.copy()(self._asend, method, path, set(), content)
 
     async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:

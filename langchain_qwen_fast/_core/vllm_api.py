@@ -8,6 +8,7 @@ server routes hang off the root (``"/tokenize"``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,16 @@ def parse_models(reply: Any) -> dict[str, int]:
         return {str(m["id"]): int(m.get("max_model_len") or 0) for m in reply["data"]}
     except _REPLY_ERRORS as exc:
         raise ResponseFormatError(f"/v1/models reply lacks its model list: {exc!r}") from None
+
+
+def model_identity(reply: Any, model: str) -> str:
+    """What the server says of the weights it serves as ``model`` (its path, parent, context
+    length and owner: everything in its ``/v1/models`` entry but the time of the reply), as
+    canonical JSON; ``""`` when the entry is missing."""
+    for entry in reply.get("data", []) if isinstance(reply, dict) else []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            return json.dumps({k: v for k, v in entry.items() if k != "created"}, sort_keys=True, default=str)
+    return ""
 
 
 # -- /tokenize ---------------------------------------------------------------------------

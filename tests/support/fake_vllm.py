@@ -120,6 +120,8 @@ class FakeVLLM:
     """Call it with a request (it is the MockTransport handler); see the module docstring."""
 
     models: dict[str, int] = field(default_factory=lambda: {"qwen3": 512})
+    #: the weights each model is served from, as ``/v1/models`` reports them (``root``)
+    roots: dict[str, str] = field(default_factory=dict)
     #: honour ``logprob_token_ids`` (vLLM >= 0.11); else return the top 20 like older servers
     logprob_token_ids: bool = True
     #: classes of the served head (``/classify``); None: not a pooling model
@@ -165,7 +167,8 @@ class FakeVLLM:
         if not self.has_tokenizer and (path.endswith(("/tokenize", "/detokenize")) or _has_text(body)):
             return self._json({"error": {"message": NO_TOKENIZER, "type": "BadRequestError", "code": 400}}, 400)
         if path.endswith("/v1/models"):
-            return self._json({"data": [{"id": m, "max_model_len": n} for m, n in self.models.items()]})
+            data = [{"id": m, "max_model_len": n, "root": self.roots.get(m, m)} for m, n in self.models.items()]
+            return self._json({"data": data})
         if path.endswith("/detokenize"):
             return self._json({"prompt": toy_detokenize(body["tokens"])})
         if path.endswith("/tokenize"):

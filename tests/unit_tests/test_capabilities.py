@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -398,3 +402,73 @@ def test_the_tokenizer_is_still_checked_on_a_replica_that_has_one(monkeypatch: p
     with pytest.raises(QwenFastError, match="does not match the server's"):
         make(fake, tokenizer_path="toy").invoke("a text")
     assert len(fake.calls("/tokenize")) == 2
+
+
+def test_redeployed_weights_miss_the_cache(fake: FakeVLLM) -> None:
+    cache = InMemoryCache()
+    fake.roots["qwen3"] = "/models/news-1"
+    make(fake, cache=cache).invoke("a text")
+    make(fake, cache=cache).invoke("a text")
+    assert (cache.hits, cache.misses) == (1, 1)
+    fake.roots["qwen3"] = "/models/news-2"  # the same name, other weights
+    make(fake, cache=cache).invoke("a text")
+    assert (cache.hits, cache.misses) == (1, 2)
+
+
+class BrokenCache(InMemoryCache):
+    def _get(self, keys: Any) -> dict[str, dict[str, Any]]:
+        raise sqlite3.OperationalError("database is locked")
+
+    def _put(self, values: Any) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+async def test_a_failing_cache_costs_no_results(fake: FakeVLLM, caplog: pytest.LogCaptureFixture) -> None:
+    classifier = make(fake, cache=BrokenCache())
+    results = await classifier.abatch([*headlines(5), ""], return_exceptions=True)
+    assert all(isinstance(r, Classification) for r in results[:5]) and isinstance(results[5], InvalidInputError)
+    assert "cache lookup failed" in caplog.text and "cache update failed" in caplog.text
+
+
+def test_a_corrupt_cache_entry_is_asked_again(fake: FakeVLLM) -> None:
+    cache = InMemoryCache()
+    classifier = make(fake, cache=cache)
+    first = classifier.invoke("a text")
+    for key in list(cache._entries):
+        cache._entries[key] = {"label": 7}  # not a classification
+    assert classifier.invoke("a text") == first
+
+
+def test_sqlite_writes_wait_on_no_caller_and_go_in_one_transaction_a_batch(tmp_path: Path) -> None:
+    path = tmp_path / "labels.db"
+    cache = SQLiteCache(path, busy_timeout=10)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process's long write transaction
+    start = time.perf_counter()
+    cache.update({f"k{i}": {"x": i} for i in range(1000)})
+    assert time.perf_counter() - start < 1.0  # handed to the writer, not written here
+    assert len(cache.lookup(["k0", "k999"])) == 2  # waiting entries are found already
+    holder.execute("COMMIT")
+    cache.flush()
+    reader = sqlite3.connect(path)
+    assert reader.execute("SELECT COUNT(*) FROM classifications").fetchone()[0] == 1000
+    cache.close()
+
+
+def test_sqlite_cache_is_shared_by_processes_writing_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "labels.db"
+    script = (
+        "import sys\n"
+        "from langchain_qwen_fast.caches import SQLiteCache\n"
+        "cache = SQLiteCache(sys.argv[1])\n"
+        "for n in range(100):\n"
+        "    cache.update({f'{sys.argv[2]}{n}-{i}': {'x': i} for i in range(20)})\n"
+        "cache.close()\n"
+    )
+    others = [subprocess.Popen([sys.executable, "-c", script, str(path), name]) for name in ("a", "b")]
+    mine = SQLiteCache(path)
+    for n in range(100):
+        mine.update({f"c{n}-{i}": {"x": i} for i in range(20)})
+    assert [p.wait(timeout=60) for p in others] == [0, 0]
+    assert len(mine) == 3 * 100 * 20
+    mine.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import time
 from typing import Any
 
 import httpx
@@ -128,11 +129,17 @@ def test_server_without_logprob_token_ids_falls_back_to_top_k(fake: FakeVLLM) ->
     assert result.scores is not None and result.scores[result.label] == 1.0  # only the chosen came back
 
 
-def test_setup_failure_fails_every_item_and_is_retried_next_call(fake: FakeVLLM) -> None:
+def test_setup_failure_fails_every_item_and_is_retried_after_its_cool_down(
+    fake: FakeVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_qwen_fast._core import engine
+
+    monkeypatch.setattr(engine, "SETUP_RETRY_COOLDOWN", 0.05)
     fake.fail("/v1/models", status(404, message="no models route"))
     classifier = make(fake, max_retries=0)
     results = classifier.batch(["a", "b"], return_exceptions=True)
     assert all(isinstance(r, ServerStatusError) and r.status_code == 404 for r in results)
+    time.sleep(0.06)
     assert classifier.invoke("a").label in LABELS  # set-up is tried again, and works
 
 
@@ -726,3 +733,37 @@ async def test_simultaneous_ainvoke_calls_widen_to_the_one_prompt_bound() -> Non
     results = await asyncio.gather(*(classifier.ainvoke(t) for t in texts))
     assert results == make(FakeVLLM()).batch(texts)
     assert seen["peak"] == 256
+
+
+@pytest.mark.parametrize("code", [401, 403, 404, 400, 413, 422])
+def test_only_answers_about_a_prompt_split_the_request(fake: FakeVLLM, code: int) -> None:
+    """A 401/403/404 after set-up is the same for every prompt: one request, every item its
+    error. A 400/413/422 may be one bad prompt's: the request is split to find it."""
+    classifier = make(fake, batch_size=4, max_retries=0)
+    classifier.prepare()
+    before = len(fake.calls("/v1/completions"))
+    fake.fail("/v1/completions", status(code, message="no"), status(code, message="no"), status(code, message="no"))
+    results = classifier.batch(headlines(4), return_exceptions=True)
+    sent = len(fake.calls("/v1/completions")) - before
+    assert sent == 1 if code in (401, 403, 404) else sent > 1
+    if code in (401, 403, 404):
+        assert all(isinstance(r, ServerStatusError) and r.status_code == code for r in results)
+
+
+async def test_a_failed_setup_is_shared_by_its_waiters_then_tried_again_after_a_cool_down(
+    fake: FakeVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_qwen_fast._core import engine
+
+    monkeypatch.setattr(engine, "SETUP_RETRY_COOLDOWN", 0.2)
+    classifier = make(fake, max_retries=0)
+    fake.fail("/v1/models", *[status(503, message="starting")] * 50)
+    results = await asyncio.gather(*(classifier.ainvoke(t) for t in headlines(20)), return_exceptions=True)
+    assert all(isinstance(r, ServerStatusError) and r.status_code == 503 for r in results)
+    assert len(fake.calls("/v1/models")) == 1  # one set-up failed; its 19 waiters heard of it
+    assert all(isinstance(r, ServerStatusError) for r in classifier.batch(headlines(3), return_exceptions=True))
+    assert len(fake.calls("/v1/models")) == 1  # still within the cool-down
+    await asyncio.sleep(0.25)
+    fake.faults["/v1/models"].clear()
+    assert (await classifier.ainvoke("Stocks rally")).label in LABELS  # tried again, and it worked
+    assert len(fake.calls("/v1/models")) == 2

@@ -23,6 +23,8 @@ from langchain_qwen_fast import (
 from langchain_qwen_fast._core.transport import (
     AiohttpStack,
     HttpxStack,
+    Replicas,
+    RetryBudget,
     RetryPolicy,
     Transport,
     adrive,
@@ -321,3 +323,95 @@ def test_a_sync_batch_on_aiohttp_reuses_its_connections_and_close_ends_them(
     t.close()
     assert all(r["choices"] for r in t.request_all([completion("a"), completion("b")], 2))  # back on next use
     t.close()
+
+
+# -- outlier ejection and the retry budget ------------------------------------------------------
+def fast_failing_replica(ejection: bool) -> Transport:
+    """Two replicas: a.test answers 503 at once, b.test answers after a moment (so a.test
+    always has the fewer requests outstanding)."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "a.test":
+            return httpx.Response(503, json={"error": {"message": "overloaded"}})
+        await asyncio.sleep(0.005)
+        return httpx.Response(200, json={"ok": True})
+
+    t = Transport(
+        ["http://a.test/v1", "http://b.test/v1"],
+        api_key=None,
+        timeout=5,
+        retry=FAST,
+        http_transport=httpx.MockTransport(handler),
+    )
+    t.budget = RetryBudget(capacity=10**6)  # the comparison is of ejection alone
+    if not ejection:
+        t.replicas.max_failures = 10**9
+    return t
+
+
+@pytest.mark.parametrize("ejection", [False, True])
+async def test_a_replica_answering_503_at_once_is_ejected_and_loses_its_share_of_first_tries(ejection: bool) -> None:
+    t = fast_failing_replica(ejection)
+    replies = await t.arequest_all([("GET", "models", None)] * 400, 8)
+    assert all(r == {"ok": True} for r in replies)  # every request answered, on b.test if not at first
+    share = t.replicas.first_tries[0] / sum(t.replicas.first_tries)
+    if ejection:
+        assert share < 0.1 and t.replicas.resting() == [0]
+    else:
+        assert share > 0.5  # without ejection, the failing replica wins most first tries
+
+
+def test_an_ejected_replica_rests_longer_each_time_then_one_try_at_a_time_until_it_succeeds() -> None:
+    r = Replicas(2, cooldown=0.05, max_cooldown=0.1, max_failures=2)
+    for _ in range(2):
+        assert r.acquire({1}) == 0
+        r.release(0, "failed")
+    assert r.resting() == [0]
+    assert {r.acquire(set()) for _ in range(3)} == {1}  # b.test takes the load while a.test rests
+    for _ in range(3):
+        r.release(1, "ok")
+    time.sleep(0.06)
+    assert r.acquire({1}) == 0  # its rest is over: on probation, one try
+    assert r.acquire(set()) == 1  # ... and no second while that one is out
+    r.release(0, "failed")  # a failed probe: rests again, twice as long
+    r.release(1, "ok")
+    assert r.resting() == [0]
+    time.sleep(0.11)
+    assert r.acquire({1}) == 0
+    r.release(0, "ok")  # a good probe clears the record
+    assert r.resting() == [] and r.acquire({1}) == 0 and r.acquire({1}) == 0
+    r.release(0, "cancelled")
+    r.release(0, "cancelled")  # a cancelled try gives no verdict
+    assert r.resting() == []
+
+
+def test_a_4xx_answer_is_the_requests_fault_not_the_replicas() -> None:
+    r = Replicas(2, max_failures=1)
+    r.acquire(set())
+    r.release(0, "ok")  # what _send reports for a 400
+    assert r.resting() == []
+
+
+def test_the_retry_budget_caps_retries_under_overload() -> None:
+    budget = RetryBudget(ratio=0.5, min_per_second=0.0, capacity=2)
+    assert budget.spend() and budget.spend() and not budget.spend()
+    budget.earn()
+    assert not budget.spend()  # half a retry earned
+    budget.earn()
+    assert budget.spend()
+
+
+def test_retries_stop_when_the_budget_is_spent() -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(503, json={"error": {"message": "down"}})
+
+    t = transport(handler)
+    t.budget = RetryBudget(ratio=0.0, min_per_second=0.0, capacity=3)
+    for _ in range(4):
+        with pytest.raises(ServerStatusError):
+            t.request("GET", "models")
+    # 4 first tries, and only the 3 retries the budget held (not 4 × 2)
+    assert len(calls) == 7 and t.retries_refused >= 2
