@@ -24,7 +24,7 @@ import multiprocessing
 import os
 import queue
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -273,15 +273,32 @@ def ceilings(
     return found
 
 
+def known_flags(flags: Sequence[str], known: Collection[str]) -> list[str]:
+    """``flags`` without the flags (and their values) that are not in ``known``, an engine
+    parser's option strings: a server's command line also has its HTTP side's. vLLM's
+    ``-O`` shorthands (``-O0``, ``-O 3``) stay: its parser expands them."""
+    kept: list[str] = []
+    keep = False
+    for word in flags:
+        if word.startswith("-"):
+            keep = word.split("=", 1)[0] in known or word.startswith("-O")
+        if keep:
+            kept.append(word)
+    return kept
+
+
 def _engine_settings(model: str, flags: Sequence[str]) -> dict[str, Any]:
     """``vllm.LLM``'s keyword arguments for a server's engine ``flags``: every engine setting
-    the flags change from vLLM's defaults, read by vLLM's own parser."""
+    the flags change from vLLM's defaults, read by vLLM's own parser as ``vllm serve`` reads
+    them."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
-    ours = EngineArgs.from_cli_args(parser.parse_known_args(["--model", model, *flags])[0])
-    plain = EngineArgs.from_cli_args(parser.parse_known_args(["--model", model])[0])
+    ours = EngineArgs.from_cli_args(
+        parser.parse_args(["--model", model, *known_flags(flags, parser._option_string_actions)])
+    )
+    plain = EngineArgs.from_cli_args(parser.parse_args(["--model", model]))
     return {
         f.name: getattr(ours, f.name)
         for f in dataclasses.fields(EngineArgs)
@@ -350,6 +367,7 @@ __all__ = [
     "engine_flags",
     "engine_spec",
     "fraction_of_ceiling",
+    "known_flags",
     "measure_ceiling",
     "run_engine",
     "sampling_from_body",

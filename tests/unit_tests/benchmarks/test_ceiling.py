@@ -12,6 +12,7 @@ from benchmarks.ceiling import (
     engine_flags,
     engine_spec,
     fraction_of_ceiling,
+    known_flags,
     sampling_from_body,
     split_among,
 )
@@ -77,3 +78,12 @@ def test_an_engine_spec_is_its_servers_model_flags_and_environment() -> None:
     assert "--host" not in spec.flags and "--port" not in spec.flags
     assert spec.env["CUDA_VISIBLE_DEVICES"] == "1" and spec.env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/pipe"
     assert set(server.profile.env) <= set(spec.env)  # the profile's variables, as the server had them
+
+
+def test_an_engine_reads_only_the_flags_its_parser_knows() -> None:
+    flags = ["--max-model-len", "512", "--tool-call-parser", "hermes", "--disable-uvicorn-access-log", "-O0",
+             "--compilation-config", '{"mode": 3}', "--quantization=fp8", "--enable-auto-tool-choice"]  # fmt: skip
+    known = {"--max-model-len", "--compilation-config", "--quantization"}
+    assert known_flags(flags, known) == [
+        "--max-model-len", "512", "-O0", "--compilation-config", '{"mode": 3}', "--quantization=fp8",
+    ]  # fmt: skip
