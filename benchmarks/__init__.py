@@ -7,7 +7,7 @@ Tools (each a module with ``main``): :mod:`benchmarks.scale` (servers per GPU ag
 own ceiling), :mod:`benchmarks.compare` (``qwen-fast bench`` with the lab's parts),
 :mod:`benchmarks.flags` (one server per flag set), :mod:`benchmarks.classify_job` (the classify
 job against ``abatch``; its memory), :mod:`benchmarks.client_libraries` (HTTP client libraries).
-Their parts: :mod:`benchmarks.ceiling`, :mod:`benchmarks.service`,
+Their parts: :mod:`benchmarks.layouts`, :mod:`benchmarks.ceiling`, :mod:`benchmarks.service`,
 :mod:`benchmarks.capabilities`, :mod:`benchmarks.latency_variants`, :mod:`benchmarks.traces`,
 :mod:`benchmarks.cpu_profile`, :mod:`benchmarks.baselines`, :mod:`benchmarks.sampling`,
 :mod:`benchmarks.variants`; shared: :mod:`benchmarks.common`, :mod:`benchmarks._options`.

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal
 
 from benchmarks._options import leaf_defaults, options_from, whole_numbers
 from benchmarks.capabilities import CAPABILITY_ROWS, check_rows
-from benchmarks.ceiling import Ceiling, ceiling_work, ceilings, fraction_of_ceiling
+from benchmarks.ceiling import Ceiling, ceiling_work, ceilings, engine_spec, fraction_of_ceiling
 from benchmarks.common import require_lab, warm_classifier
 from benchmarks.cpu_profile import CpuProfile
 from benchmarks.latency_variants import VariantLatency
@@ -360,7 +360,6 @@ def _start_group(options: ScaleOptions, gpus: list[int]) -> ServerGroup:
 def run_scale(options: ScaleOptions) -> ScaleReport:
     """Start the servers, run every part ``options`` asks for, then the ceilings after the
     servers stop, writing ``scale.json`` in ``options.out`` after each part; returns the report."""
-    from benchmarks.ceiling import engine_spec
     from benchmarks.variants import load_variants, resolve_profile
 
     require_lab("psutil", "tqdm")
