@@ -125,7 +125,7 @@ class FaultProxy:
             for suffix, queue in self._faults.items():
                 if path.endswith(suffix) and queue:
                     return queue.pop(0)
-        return None
+        return self._standing_fault()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
