@@ -145,6 +145,10 @@ class Engine:
         """The vLLM servers (replicas) requests are spread over."""
         return self._transport.replicas.count
 
+    def first_tries(self) -> list[int]:
+        """The first tries each replica got so far (retries not counted)."""
+        return list(self._transport.replicas.first_tries)
+
     # -- set-up: learnt once from the server ------------------------------------------------
     def plans(self) -> dict[Node, ClassifierPlan]:
         """Every hierarchy node's plan, learnt from the server on first use; raises what the
