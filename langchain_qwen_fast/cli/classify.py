@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 from langchain_qwen_fast.cli.options import defaults, options_from
-from langchain_qwen_fast.jobs.job import ClassifyOptions
+from langchain_qwen_fast.jobs.job import SYSTEMATIC_ROWS, ClassifyOptions, JobStopped
 from langchain_qwen_fast.jobs.ray_data import RayJobReport, RayOptions, cluster_address
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Label every row of a table with a classifier, in a stream that resumes where it stopped.
 
     qwen-fast classify news.csv --out labelled.parquet --labels World,Sports,Business,Sci/Tech
@@ -22,15 +23,26 @@ Input: CSV with a header (a text column, --text-column, or title and description
 AG News's layout without a header is read as is), JSONL, Parquet, or - for stdin (with
 --input-format). Output: any of these, by its name or --output-format. Every input column is
 kept and each row gains label (and labels under multi-label, joined with "|" in CSV), p_<label>
-per label, abstained and error. A row that cannot be read or classified (empty, too long, bytes
-that are not UTF-8, a missing column, a line that is not JSON) gets its error in the error
-column, in its place; the job goes on.
+per label, abstained and error. A row that cannot be read or classified for what it holds
+(empty, too long, bytes that are not UTF-8, a missing key, a line that is not JSON) gets its
+error in the error column, in its place; the job goes on. A text column that no row has is
+refused before anything is sent.
+
+Exit codes: 0 done; 1 refused (options, input, or another run writing the same --out);
+3 stopped by the servers: an error that is not the row's (unreachable, timed out, 429 or 5xx
+after the retries, a reply that cannot be read, the set-up failing) is never written as a row's
+result: run the same command again once the server answers and it carries on from the last
+whole chunk; 4 stopped by input errors: by default when all rows of a chunk ({SYSTEMATIC_ROWS} or more) fail
+alike, a systematic error; with --max-error-rate R when more than R of the rows read have input
+errors (1: never). The chunk that stopped the job is not written.
 
 Rows are read and classified a chunk at a time (--chunk-rows per QwenClassifier.abatch call,
 --chunks-in-flight at once) and written as they finish, so memory does not grow with the
 file. Each chunk is committed to OUT.partial/ beside the output: killed at any moment, the same
 command carries on after the last chunk written; other options are refused (naming what
-differs) unless --fresh. At the end: OUT, OUT.report.json (label counts, abstained, errors,
+differs) unless --fresh. A restart reads the rows the finished chunks were read from again
+and refuses, naming the row, when one differs (stdin too). One run at a time writes an output:
+a second refuses at once. At the end: OUT, OUT.report.json (label counts, abstained, errors,
 rows/s), OUT.histogram.png (confidence per label) and, with --review-out, a review file in
 qwen-fast train's layout (text, an empty label to fill, model_label, model_probability, row):
 the rows under --review-below and a sample of --review-sample others, stratified by predicted
@@ -70,6 +82,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.add_argument("--no-histogram", dest="histogram", action="store_false", help="no histogram PNG")
     p.add_argument("--fresh", action="store_true", help="discard an interrupted job's OUT.partial/ and start over")
+    p.add_argument(
+        "--max-error-rate",
+        type=float,
+        metavar="R",
+        help="stop (exit 4) when more than R (0 to 1) of the rows read have input errors; 1: never "
+        "(default: stop only when all rows of a chunk fail alike)",
+    )
     ray = p.add_argument_group("on a Ray cluster (the 'ray' extra)")
     ray.add_argument("--ray", metavar="ADDRESS", help="auto, ray://HOST:10001, or local (a Ray started for the job)")
     ray.add_argument("--shard-rows", type=int, help="rows per shard and output file (default: %(default)s)")
@@ -107,7 +126,9 @@ def ray_summary(report: RayJobReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the job and print its summary; its errors reach ``qwen-fast``'s one rule (exit code 1)."""
+    """Run the job and print its summary. A job that stopped part way exits with its code (3:
+    the servers failed, 4: too many input errors); other errors reach ``qwen-fast``'s one rule
+    (exit code 1)."""
     options, on_ray = classify_options(args), ray_options(args)
     if on_ray is not None:
         from langchain_qwen_fast.jobs.ray_data import classify_dataset
@@ -117,5 +138,10 @@ def run(args: argparse.Namespace) -> int:
     from langchain_qwen_fast.jobs.job import classify_table
     from langchain_qwen_fast.jobs.summary import render
 
-    print(render(classify_table(options)), flush=True)
+    try:
+        report = classify_table(options)
+    except JobStopped as exc:
+        print(f"qwen-fast classify: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    print(render(report), flush=True)
     return 0

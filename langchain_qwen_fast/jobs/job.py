@@ -8,22 +8,43 @@ Rows are read a chunk at a time (``chunk_rows``), each chunk classified with one
 engine call (several chunks in flight, so that the servers always have the
 next requests while a chunk is written), and written, in input order, as a part file of the
 work folder (:mod:`.parts`). Memory holds the chunks in flight, not the table. Each output row
-is the input row's cells and the columns of :mod:`.columns`; a row that cannot be read or
-classified gets its error in its ``error`` column, in its place.
+is the input row's cells and the columns of :mod:`.columns`.
 
-Killed at any moment and started again with the same options, the job carries on after the
-last chunk it wrote; started again with other options, it refuses (:class:`ConfigurationError`
-naming what differs) unless ``fresh``. At the end the parts are joined into the output, and the
-report (``OUTPUT.report.json``), the confidence histogram (``OUTPUT.histogram.png``) and the
-review file are written from the chunks' digests; then the work folder is removed.
+Rules that keep every row once, in order, and nothing else's:
+
+* **Errors of the input stay in place.** A row that cannot be read or classified for what it
+  holds (:func:`is_input_error`: empty, too long, not text, a reply that names no label, a
+  request the server refuses as malformed) gets its error in its ``error`` column, in its place.
+* **Errors of the servers stop the job.** Any other error (the server unreachable, timing out,
+  answering 429 or 5xx after the retries, a reply that cannot be read, the set-up failing) is
+  never written as a row's result: the chunk it struck is dropped and the job stops with
+  :class:`InfrastructureFailure` (``qwen-fast classify`` exits 3); run again, it carries on from
+  the last whole chunk.
+* **Too many input errors stop the job** (:class:`TooManyInputErrors`, exit 4), before the chunk
+  that crossed the line is written. ``max_error_rate`` R: more than R of the rows read so far
+  have input errors (R = 1 never stops). Without it, a systematic error: a chunk of at least
+  :data:`SYSTEMATIC_ROWS` rows whose every row failed with an error of one kind. A text column
+  that no row has is refused before anything is sent (:mod:`.tables`).
+* **A restart carries on only over the same input.** Each finished chunk keeps the digest of
+  every input row it was read from (stdin too); a restart reads those rows again and refuses
+  (:class:`ConfigurationError`) at the first that differs, naming it, or when the input ends
+  before them. Started again with other options, it refuses too, naming what differs, unless
+  ``fresh``; a work folder with no finished chunk is simply started over.
+* **One run at a time.** A run holds the work folder's lock for its life; a second run on the
+  same output refuses at once. ``review_out`` may be neither the input nor the output, nor the
+  output the input.
+
+At the end the parts are joined into the output, and the report (``OUTPUT.report.json``), the
+confidence histogram (``OUTPUT.histogram.png``) and the review file are written from the
+chunks' digests; then the work folder is removed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import itertools
+import os
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -35,12 +56,28 @@ import orjson
 
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError
-from langchain_qwen_fast.jobs.columns import added_columns, result_columns
-from langchain_qwen_fast.jobs.parts import MANIFEST_VERSION, WorkFolder, atomic_bytes, part_files
+from langchain_qwen_fast.errors import (
+    ConfigurationError,
+    DataFileError,
+    InvalidInputError,
+    LabelParseError,
+    QwenFastError,
+    ServerStatusError,
+)
+from langchain_qwen_fast.jobs.columns import added_columns, error_text, result_columns
+from langchain_qwen_fast.jobs.parts import MANIFEST_VERSION, Part, WorkFolder, atomic_bytes, encode_digests, part_files
 from langchain_qwen_fast.jobs.review import ReviewChunk, ReviewOptions, write_review
 from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram, total
-from langchain_qwen_fast.jobs.tables import STDIN, Format, InputRow, Layout, TableReader, TextSource, format_of
+from langchain_qwen_fast.jobs.tables import (
+    ROW_DIGEST_BYTES,
+    STDIN,
+    Format,
+    InputRow,
+    Layout,
+    TableReader,
+    TextSource,
+    format_of,
+)
 from langchain_qwen_fast.jobs.tables import join_parts as join_tables
 from langchain_qwen_fast.jobs.tables import write_part as write_table_part
 
@@ -48,8 +85,44 @@ if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
 
 Result = Classification | BaseException
-#: Bytes of the input hashed into the fingerprint (with its size), to notice another file.
-_HEAD_BYTES = 1 << 20
+#: HTTP statuses by which a server refuses a request for its own content: the procedure splits
+#: a refused group down to one prompt, so such an answer is that row's.
+REQUEST_STATUSES = frozenset({400, 413, 422})
+#: The fewest rows of a chunk whose failing all alike is a systematic error (a file's last few
+#: rows may fail alike by chance).
+SYSTEMATIC_ROWS = 10
+
+
+def is_input_error(error: BaseException) -> bool:
+    """Whether a row's error is its input's own, to be written in its place (a row that cannot
+    be read, a text that cannot be classified, a reply that names no label, a request the
+    server refused for its content). Any other error is the servers' or the way to them
+    (:class:`~langchain_qwen_fast.errors.TransportError`, a reply that cannot be read, an
+    error of this package's own): it would not be the row's answer on another try."""
+    if isinstance(error, ServerStatusError):
+        return error.status_code in REQUEST_STATUSES
+    return isinstance(error, (InvalidInputError, LabelParseError, DataFileError))
+
+
+class JobStopped(QwenFastError):
+    """The job stopped before its end. Its work folder keeps every chunk finished before the
+    one that stopped it, which is not written. ``exit_code``: ``qwen-fast classify``'s."""
+
+    exit_code = 3
+
+
+class InfrastructureFailure(JobStopped):
+    """The servers (or the way to them) failed: the set-up, or a row after the retries. Run
+    again when they answer, the job carries on from its last whole chunk."""
+
+    exit_code = 3
+
+
+class TooManyInputErrors(JobStopped):
+    """More rows failed for their input than ``max_error_rate`` allows, or a chunk's rows all
+    failed alike (a systematic error): fix the input or options, or allow more errors."""
+
+    exit_code = 4
 
 
 @dataclass(frozen=True)
@@ -91,6 +164,9 @@ class ClassifyOptions:
     histogram: bool = True
     #: discard an interrupted job's work folder and start over
     fresh: bool = False
+    #: the share of rows (0 to 1) with input errors over which the job stops; None: stop only
+    #: on a systematic error (a chunk whose rows all fail alike); 1: never stop
+    max_error_rate: float | None = None
 
     def review(self) -> ReviewOptions | None:
         """The review queue's options, None without ``review_out``."""
@@ -110,8 +186,14 @@ class ClassifyOptions:
             raise ConfigurationError("--chunk-rows and --chunks-in-flight must be at least 1")
         if self.out == STDIN:
             raise ConfigurationError("--out must be a file (its work folder and report go beside it)")
-        if self.input != STDIN and Path(self.input).resolve() == Path(self.out).resolve():
+        if self.max_error_rate is not None and not 0.0 <= self.max_error_rate <= 1.0:
+            raise ConfigurationError(f"--max-error-rate must be within [0, 1], got {self.max_error_rate}")
+        if same_file(self.input, self.out):
             raise ConfigurationError(f"--out is the input file: {self.out}")
+        if self.review_out is not None:
+            for name, other in (("the input file", self.input), ("the --out file", self.out)):
+                if same_file(self.review_out, other):
+                    raise ConfigurationError(f"--review-out is {name}: {self.review_out}")
         review = self.review()
         if review is None:
             if self.review_below is not None or self.review_sample:
@@ -120,6 +202,20 @@ class ClassifyOptions:
         if review.below is None and not review.sample:
             raise ConfigurationError("--review-out needs --review-below P and/or --review-sample N")
         review.check()
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same path once resolved (links followed), or, where
+    both exist, the same file (a hard link). Stdin is no file."""
+    if STDIN in (a, b):
+        return False
+    first, second = Path(a), Path(b)
+    if first.resolve() == second.resolve():
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet)
+        return False
 
 
 def build_classifier(options: ClassifyOptions) -> QwenClassifier:
@@ -140,8 +236,6 @@ def build_classifier(options: ClassifyOptions) -> QwenClassifier:
 #: How each fingerprint field is named when a restart differs from the folder's job.
 _NAMES = {
     "input": "the input",
-    "input_size": "the input's size",
-    "input_head": "the input's first MiB",
     "input_format": "--input-format",
     "output_format": "--output-format",
     "text_column": "--text-column",
@@ -163,18 +257,12 @@ _NAMES = {
 
 
 def fingerprint(options: ClassifyOptions, classifier: QwenClassifier, kinds: tuple[Format, Format]) -> dict[str, Any]:
-    """What must be the same for a restart to carry on an interrupted job: the input (its path,
-    size and first MiB), how it is read and written, the classifier's configuration and the
-    review rules. The server and the chunk sizes may change."""
-    identity: dict[str, Any] = {"input": STDIN}
-    if options.input != STDIN:
-        path = Path(options.input).resolve()
-        with path.open("rb") as f:
-            head = hashlib.sha256(f.read(_HEAD_BYTES)).hexdigest()[:16]
-        identity = {"input": str(path), "input_size": path.stat().st_size, "input_head": head}
+    """What must be the same for a restart to carry on an interrupted job: how the input is
+    read and the output written, the classifier's configuration and the review rules. The
+    server, the chunk sizes and the error rate may change; the input itself is checked row by
+    row against the digests of the finished chunks (and may come from another path)."""
     review = options.review()
     return {
-        **identity,
         "input_format": kinds[0],
         "output_format": kinds[1],
         "text_column": options.text_column,
@@ -242,7 +330,12 @@ def classify_table(options: ClassifyOptions, classifier: QwenClassifier | None =
     own = classifier is None
     job_classifier = build_classifier(options) if classifier is None else classifier
     try:
-        return asyncio.run(_Job(options, job_classifier, kinds).run())
+        job = _Job(options, job_classifier, kinds)
+        job.folder.lock()
+        try:
+            return asyncio.run(job.run())
+        finally:
+            job.folder.release()
     finally:
         if own:
             job_classifier.close()
@@ -263,6 +356,10 @@ class _Job:
         self.folder = WorkFolder(self.out, kinds[1])
         self.layout: Layout | None = None
         self.renames: dict[str, str] = {}
+        #: rows in finished chunks, and those of them with an input error (the error rate's)
+        self.finished_rows = 0
+        self.finished_errors = 0
+        self.set_up = False
 
     async def run(self) -> JobReport:
         started = time.perf_counter()
@@ -271,30 +368,68 @@ class _Job:
         scan = self.kinds[1] != "jsonl"
         reader = TableReader(options.input, self.kinds[0], TextSource(options.text_column), scan_keys=scan)
         now = fingerprint(options, self.classifier, self.kinds)
-        manifest = None if options.fresh else self.folder.manifest()
-        if manifest is not None:
-            if manifest.get("version") != MANIFEST_VERSION:
-                raise ConfigurationError(f"{self.folder.path} is from another release; remove it or pass --fresh")
-            found = differences(manifest["fingerprint"], now)
-            if found:
-                raise ConfigurationError(
-                    f"{self.folder.path} holds an interrupted job with other options: {'; '.join(found)} "
-                    "(run it with the same options to finish it, or pass --fresh to start over)"
-                )
-        parts = self.folder.parts() if manifest is not None else []
+        manifest, parts = self._resumable(now)
         done = sum(part.rows for part in parts)
+        finished = total(part.digest() for part in parts)
+        self.finished_rows, self.finished_errors = finished.rows, finished.errors
         expected = reader.count()
         rows = reader.rows()
-        first = list(itertools.islice(rows, 1))  # the reader knows its columns from here
-        columns = list(manifest["columns"]) if manifest is not None else list(reader.columns or [])
+        self._check_same_input(rows, parts, done)
+        first = [] if parts else list(itertools.islice(rows, 1))  # the reader knows its columns from here
+        columns = list(reader.columns or [])
         if manifest is None:
             self.folder.start(now, columns)
+        elif list(manifest["columns"]) != columns:
+            raise ConfigurationError(
+                f"{self._input_name()} has other columns than the input of the interrupted job in "
+                f"{self.folder.path}: {columns} vs {manifest['columns']}{_AGAIN}"
+            )
         self.renames = renamed_columns(columns, self.added)
         kept = [self.renames.get(name, name) for name in columns]
         self.layout = Layout(self.kinds[1], kept, self.added, self.multi_label, reader.arrow_schema)
-        remaining = itertools.islice(itertools.chain(first, rows), done, None)
-        classified = await self._stream(remaining, done, expected)
+        classified = await self._stream(itertools.chain(first, rows), done, expected)
         return self._finish(done, classified, time.perf_counter() - started)
+
+    def _input_name(self) -> str:
+        return "stdin" if self.options.input == STDIN else self.options.input
+
+    def _resumable(self, now: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Part]]:
+        """The interrupted job's manifest and finished chunks to carry on from; ``(None, [])``
+        to start over (``fresh``, no folder, or a folder with no finished chunk, which holds
+        nothing to lose). :class:`ConfigurationError` when they are another job's."""
+        manifest = None if self.options.fresh else self.folder.manifest()
+        parts = self.folder.parts() if manifest is not None else []
+        if manifest is None or not parts:
+            return None, []
+        if manifest.get("version") != MANIFEST_VERSION:
+            raise ConfigurationError(f"{self.folder.path} is from another release; remove it or pass --fresh")
+        found = differences(manifest["fingerprint"], now)
+        if found:
+            raise ConfigurationError(
+                f"{self.folder.path} holds an interrupted job with other options: {'; '.join(found)} "
+                "(run it with the same options to finish it, or pass --fresh to start over)"
+            )
+        return manifest, parts
+
+    def _check_same_input(self, rows: Iterator[InputRow], parts: list[Part], done: int) -> None:
+        """Read the rows the finished chunks were read from, comparing each one's digest with
+        the one kept; :class:`ConfigurationError` naming the first that differs."""
+        at = 0
+        for part in parts:
+            kept = part.input_digests()
+            for offset in range(part.rows):
+                row = next(rows, None)
+                if row is None:
+                    raise ConfigurationError(
+                        f"{self._input_name()} has {at} rows, fewer than the {done} that the interrupted job in "
+                        f"{self.folder.path} finished: it is not the input that job read{_AGAIN}"
+                    )
+                if row.digest != kept[offset * ROW_DIGEST_BYTES : (offset + 1) * ROW_DIGEST_BYTES]:
+                    raise ConfigurationError(
+                        f"{self._input_name()} is not the input the interrupted job in {self.folder.path} read: "
+                        f"its row {at + 1} ({row.place}) differs{_AGAIN}"
+                    )
+                at += 1
 
     async def _stream(self, rows: Iterator[InputRow], start: int, expected: int | None) -> int:
         """Classify and commit every remaining row; returns how many."""
@@ -303,6 +438,7 @@ class _Job:
         at = start
         try:
             while chunk := list(itertools.islice(rows, self.options.chunk_rows)):
+                await self._set_up()
                 pending.append((at, chunk, asyncio.ensure_future(self._classify(chunk))))
                 at += len(chunk)
                 while len(pending) >= self.options.chunks_in_flight:
@@ -316,6 +452,25 @@ class _Job:
                 bar.close()
             await self.classifier.aclose()
         return at - start
+
+    async def _set_up(self) -> None:
+        """The engine's set-up with the server, before the first chunk (a job with nothing
+        left to classify needs no server); its failure stops the job."""
+        if self.set_up:
+            return
+        try:
+            await self.classifier.engine.aprepare()
+        except Exception as exc:
+            raise InfrastructureFailure(
+                f"stopped: the set-up with the server failed ({error_text(exc)}); {self._kept()}.{_RESUME}"
+            ) from exc
+        self.set_up = True
+
+    def _kept(self) -> str:
+        """What a stopped job leaves."""
+        if not self.finished_rows:
+            return "no row was written"
+        return f"the {self.finished_rows} rows finished before are kept in {self.folder.path}"
 
     async def _classify(self, chunk: list[InputRow]) -> list[Result]:
         """Each row's classification or error: rows that cannot be read get their error without
@@ -336,9 +491,47 @@ class _Job:
 
     async def _commit(self, start: int, chunk: list[InputRow], task: asyncio.Task[list[Result]], bar: Any) -> None:
         results = await task
+        errors = self._check(start, chunk, results)
         await asyncio.to_thread(self._write_chunk, start, chunk, results)
+        self.finished_rows += len(chunk)
+        self.finished_errors += errors
         if bar is not None:
             bar.update(len(chunk))
+
+    def _check(self, start: int, chunk: list[InputRow], results: list[Result]) -> int:
+        """The chunk's rows with input errors; :class:`JobStopped` when the chunk is not to be
+        written (see the module docstring)."""
+        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+        for i, error in failed:
+            if not is_input_error(error):
+                raise InfrastructureFailure(
+                    f"stopped: row {start + i + 1} ({chunk[i].place}) got {error_text(error)}, an error of the "
+                    f"server or the way to it, not of the row; {self._kept()}.{_RESUME}"
+                ) from error
+        if not failed:
+            return 0
+        i, example = failed[0]
+        first = f"row {start + i + 1} ({chunk[i].place}): {error_text(example)}"
+        limit = self.options.max_error_rate
+        if limit is None:
+            alike = len({type(error) for _, error in failed}) == 1
+            if len(chunk) >= SYSTEMATIC_ROWS and len(failed) == len(chunk) and alike:
+                raise TooManyInputErrors(
+                    f"stopped: all {len(chunk)} rows from row {start + 1} failed alike ({first}), a systematic "
+                    f"error (a wrong column, option or server?); none of them was written, and {self._kept()}. "
+                    "Fix the cause and run again, or pass --max-error-rate 1 to write such rows with their error"
+                )
+            return len(failed)
+        rows = self.finished_rows + len(chunk)
+        errors = self.finished_errors + len(failed)
+        if errors > limit * rows:
+            raise TooManyInputErrors(
+                f"stopped: {errors} of the {rows} rows read have input errors ({errors / rows:.1%}), over "
+                f"--max-error-rate {limit} (the first in the chunk from row {start + 1}: {first}); that chunk was "
+                f"not written, and {self._kept()}. Run again with a higher --max-error-rate to carry on, or fix "
+                "the input and pass --fresh"
+            )
+        return len(failed)
 
     def _write_chunk(self, start: int, chunk: list[InputRow], results: list[Result]) -> None:
         """Count, pick review entries and commit one chunk's rows (in a worker thread)."""
@@ -352,7 +545,11 @@ class _Job:
                 review.add(start + offset, row.text, result)
             cells = {self.renames.get(k, k): v for k, v in row.cells.items()} if self.renames else row.cells
             out_rows.append({**cells, **result_columns(result, self.labels, self.multi_label)})
-        digest = {**counts.to_json(), "review": review.entries() if review is not None else []}
+        digest = {
+            **counts.to_json(),
+            "review": review.entries() if review is not None else [],
+            "inputs": encode_digests([row.digest for row in chunk]),
+        }
         layout = self.layout
         self.folder.commit(start, digest, lambda path: write_table_part(path, layout, out_rows))
 
@@ -367,7 +564,8 @@ class _Job:
         counts = total(part.digest() for part in parts)
         histogram = None
         if self.options.histogram:
-            histogram = str(draw_histogram(counts, self.out.with_name(self.out.name + ".histogram.png")))
+            target = self.out.with_name(self.out.name + ".histogram.png")
+            histogram = str(draw_histogram(counts, target, self.folder.path))
         review = None
         if self.review is not None:
             review = write_review(self.review, self.multi_label, lambda: (part.digest()["review"] for part in parts))
@@ -390,12 +588,18 @@ class _Job:
             options={k: v for k, v in dataclasses.asdict(self.options).items() if k != "fresh"},
         )
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_bytes(report_path, orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
-        tmp = self.out.with_name(f".tmp-{self.out.name}")
+        atomic_bytes(report_path, orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), self.folder.path)
+        tmp = self.folder.temporary(self.out)
         join_tables(tmp, self.layout, part_files(parts))
-        tmp.replace(self.out)
+        os.replace(tmp, self.out)
         self.folder.remove()
         return report
+
+
+#: How a job stopped by the servers ends its message.
+_RESUME = " Run the same command again once the server answers: it carries on from there"
+#: How a refused restart ends its message.
+_AGAIN = " (run it with the input that job read to finish it, or pass --fresh to start over)"
 
 
 def _progress(enabled: bool, expected: int | None, done: int) -> Any:

@@ -2,17 +2,27 @@
 
 It holds ``manifest.json`` (the job's options fingerprint and the output's columns, written
 once before the first part) and, per chunk of rows written, two files named by the chunk's
-first row: ``<start>.digest.json`` (the chunk's counts, histogram and review candidates,
-:mod:`.summary`) and ``<start>.<kind>`` (its rows, in the output's kind). Each is written to a
-temporary name, synced and renamed into place, the digest first: a part file present is the
-commit point of its chunk. Killed at any moment, the folder holds whole chunks only; a restart
-keeps the unbroken run of chunks from row 0 and classifies from there.
+first row: ``<start>.digest.json`` (the chunk's counts, histogram, review candidates and the
+digest of each input row it was read from, :mod:`.summary`) and ``<start>.<kind>`` (its rows,
+in the output's kind). Each is written to a temporary name, synced and renamed into place, the
+digest first: a part file present is the commit point of its chunk. Killed at any moment, the
+folder holds whole chunks only; a restart keeps the unbroken run of chunks from row 0 and
+classifies from there.
+
+One run at a time works in a folder: it holds an exclusive lock on the folder's ``lock`` file
+(:meth:`WorkFolder.lock`) from before it reads the manifest until the folder is removed or the
+run ends, and a second run refuses at once. Temporary files carry the name of the process that
+writes them (:func:`temporary_path`), so that no run ever takes another's for its own.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import errno
+import fcntl
 import os
+import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,13 +31,20 @@ from typing import Any
 
 import orjson
 
-from langchain_qwen_fast.errors import DataFileError
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 
 MANIFEST = "manifest.json"
+#: The file whose lock a run holds for its life (it names the process holding it).
+LOCK = "lock"
 #: The manifest's layout version: a folder of another version is not resumed.
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 _TMP = ".tmp-"
 _DIGEST = ".digest.json"
+#: Tries at taking a folder's lock while another run removes the folder under it.
+_LOCK_TRIES = 20
+#: This process's part of its temporary files' names (the process id is added per call: a
+#: forked child names its own).
+_TOKEN = secrets.token_hex(4)
 
 
 @dataclass(frozen=True)
@@ -40,8 +57,17 @@ class Part:
     digest_path: Path
 
     def digest(self) -> dict[str, Any]:
-        """The chunk's digest (:class:`~langchain_qwen_fast.jobs.summary.Digest` as JSON)."""
+        """The chunk's digest (its counts, review entries and input rows' digests, as JSON)."""
         return dict(orjson.loads(self.digest_path.read_bytes()))
+
+    def input_digests(self) -> bytes:
+        """The digests of the input rows the chunk was read from, one after another."""
+        return base64.b64decode(self.digest()["inputs"])
+
+
+def encode_digests(digests: list[bytes]) -> str:
+    """Row digests as :meth:`Part.input_digests` reads them back from a chunk's digest."""
+    return base64.b64encode(b"".join(digests)).decode()
 
 
 def work_folder(output: Path) -> Path:
@@ -49,16 +75,28 @@ def work_folder(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
 
 
-def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
-    """``write`` a temporary file beside ``target`` (it syncs what it writes), then rename it
-    to ``target`` and sync the folder: ``target`` is either absent or whole."""
-    tmp = target.with_name(_TMP + target.name)
-    write(tmp)
-    os.replace(tmp, target)
+def temporary_path(target: Path, folder: Path | None = None) -> Path:
+    """A temporary name for ``target`` in ``folder`` (default: beside it), named by this
+    process, for a file to rename to ``target`` once whole."""
+    return (folder or target.parent) / f"{_TMP}{os.getpid()}-{_TOKEN}-{target.name}"
+
+
+def atomic_write(target: Path, write: Callable[[Path], None], folder: Path | None = None) -> None:
+    """``write`` a temporary file (in ``folder``, default beside ``target``, on the same file
+    system; ``write`` syncs what it writes), then rename it to ``target`` and sync the folder:
+    ``target`` is either absent or whole. A failed write leaves no temporary file."""
+    tmp = temporary_path(target, folder)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     _sync_folder(target.parent)
 
 
-def atomic_bytes(target: Path, data: bytes) -> None:
+def atomic_bytes(target: Path, data: bytes, folder: Path | None = None) -> None:
     """:func:`atomic_write` of ``data``."""
 
     def write(path: Path) -> None:
@@ -67,7 +105,7 @@ def atomic_bytes(target: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
 
-    atomic_write(target, write)
+    atomic_write(target, write, folder)
 
 
 def _sync_folder(folder: Path) -> None:
@@ -85,6 +123,63 @@ class WorkFolder:
     def __init__(self, output: Path, kind: str) -> None:
         self.path = work_folder(output)
         self.kind = kind
+        self._lock: int | None = None
+
+    # -- the lock -------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Take the folder's lock (making the folder), held until :meth:`release`;
+        :class:`ConfigurationError` at once, naming the folder, when another run holds it."""
+        if self._lock is not None:
+            return
+        file = self.path / LOCK
+        for _ in range(_LOCK_TRIES):
+            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # a run that just finished removed the folder
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                os.close(fd)
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise DataFileError(f"cannot lock {file}: {exc}") from None
+                by = f" (process {holder})" if holder.isdigit() else ""
+                raise ConfigurationError(
+                    f"{self.path} is in use by another qwen-fast classify run{by}: one run at a time writes an "
+                    "output; wait for it to end, or give another --out"
+                ) from None
+            # The lock counts only on the file still at that name: a finishing run removes
+            # its lock file, holding it, before it lets go.
+            if self._holds(fd):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                self._lock = fd
+                return
+            os.close(fd)
+        raise DataFileError(f"cannot lock {file}: the folder was removed and made again {_LOCK_TRIES} times over")
+
+    def release(self) -> None:
+        """Let go of the lock; a folder holding no finished chunk is removed first (it has
+        nothing a later run could carry on from)."""
+        if self._lock is None:
+            return
+        try:
+            # Only while its lock file is still this run's: once removed at the job's end, the
+            # folder there may be a new run's.
+            if self._holds(self._lock) and not any(_part_name(f.name) for f in self.path.iterdir()):
+                self.remove()
+        finally:
+            os.close(self._lock)
+            self._lock = None
+
+    def _holds(self, fd: int) -> bool:
+        """Whether ``fd`` is the lock file now at the folder's lock name."""
+        try:
+            return os.stat(self.path / LOCK).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            return False
 
     def manifest(self) -> dict[str, Any] | None:
         """The saved manifest, or None when there is no folder (or no manifest in it yet)."""
@@ -97,9 +192,10 @@ class WorkFolder:
             raise DataFileError(f"{file} cannot be read ({exc}); remove {self.path} to start over") from None
 
     def start(self, fingerprint: dict[str, Any], columns: list[str]) -> None:
-        """A fresh folder for a job: anything there before is removed, the manifest written."""
-        self.remove()
-        self.path.mkdir(parents=True)
+        """A fresh folder for a job: anything there before is removed (but the lock), the
+        manifest written."""
+        self._clear()
+        self.path.mkdir(parents=True, exist_ok=True)
         manifest = {"version": MANIFEST_VERSION, "fingerprint": fingerprint, "columns": columns}
         atomic_bytes(self.path / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
@@ -112,7 +208,7 @@ class WorkFolder:
         rows_files: dict[int, Path] = {}
         for file in self.path.iterdir():
             name = file.name
-            if name == MANIFEST:
+            if name in (MANIFEST, LOCK):
                 continue
             first = name.split(".", 1)[0]
             if name.startswith(_TMP) or not first.isdigit():
@@ -136,7 +232,8 @@ class WorkFolder:
         return kept
 
     def commit(self, start: int, digest: dict[str, Any], write_rows: Callable[[Path], None]) -> Part:
-        """Commit one chunk: its digest, then its rows (``write_rows`` writes and syncs them)."""
+        """Commit one chunk: its digest (with ``rows`` and ``inputs``, :func:`encode_digests`),
+        then its rows (``write_rows`` writes and syncs them)."""
         name = f"{start:012d}"
         digest_path = self.path / f"{name}{_DIGEST}"
         path = self.path / f"{name}.{self.kind}"
@@ -144,12 +241,41 @@ class WorkFolder:
         atomic_write(path, write_rows)
         return Part(start, int(digest["rows"]), path, digest_path)
 
+    def temporary(self, target: Path) -> Path:
+        """A temporary name in the folder for a file to rename to ``target`` (beside the
+        folder, so on its file system): one a killed run leaves goes with the folder."""
+        return temporary_path(target, self.path)
+
     def remove(self) -> None:
-        """Remove the folder and everything in it."""
-        if self.path.exists():
-            shutil.rmtree(self.path)
+        """Remove the folder and everything in it, the lock file last (a run that opens it
+        before then finds it held)."""
+        if not self.path.exists():
+            return
+        self._clear()
+        with contextlib.suppress(FileNotFoundError):
+            (self.path / LOCK).unlink()
+        with contextlib.suppress(OSError):  # a run starting now may have made it again
+            self.path.rmdir()
+
+    def _clear(self) -> None:
+        """Remove everything in the folder but the lock file."""
+        if not self.path.is_dir():
+            return
+        for file in self.path.iterdir():
+            if file.name == LOCK:
+                continue
+            if file.is_dir() and not file.is_symlink():
+                shutil.rmtree(file, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    file.unlink()
 
 
 def part_files(parts: list[Part]) -> Iterator[Path]:
     """The chunks' row files, in order."""
     return (part.path for part in parts)
+
+
+def _part_name(name: str) -> bool:
+    """Whether a file of the folder is a chunk's (its name starts with the chunk's first row)."""
+    return name.split(".", 1)[0].isdigit()

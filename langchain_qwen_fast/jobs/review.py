@@ -30,6 +30,7 @@ import orjson
 
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.jobs.parts import atomic_write
 from langchain_qwen_fast.jobs.summary import confidence, stratum
 from langchain_qwen_fast.jobs.tables import LABEL_SEPARATOR
 
@@ -135,39 +136,42 @@ def write_review(
     options: ReviewOptions, multi_label: bool, chunks: Callable[[], Iterator[list[dict[str, Any]]]]
 ) -> dict[str, Any]:
     """Write the review file from the chunks' entries (``chunks()`` yields them chunk by chunk,
-    in input order; it is called twice). Returns what it wrote: path, rows, below, sampled."""
+    in input order; it is called twice), whole or not at all. Returns what it wrote: path,
+    rows, below, sampled."""
     picked = _picked(options, chunks()) if options.sample > 0 else set()
     path = Path(options.out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
-    below = sampled = 0
+    taken = {"below": 0, "sampled": 0}
     jsonl = path.suffix.lower() == ".jsonl"
-    with tmp.open("w", newline="", encoding="utf-8") as f:
-        writer = None if jsonl else csv.writer(f, lineterminator="\n")
-        if writer is not None:
-            writer.writerow(REVIEW_COLUMNS)
-        for entries in chunks():
-            for entry in entries:
-                if entry["low"]:
-                    below += 1
-                elif int(entry["row"]) in picked:
-                    sampled += 1
-                else:
-                    continue
-                empty: Any = [] if multi_label else ""
-                values = [entry["text"], empty, entry["model_label"], entry["model_probability"], entry["row"]]
-                if writer is None:
-                    f.write(orjson.dumps(dict(zip(REVIEW_COLUMNS, values))).decode() + "\n")
-                else:
-                    writer.writerow(["" if v is None else _csv(v) for v in values])
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="", encoding="utf-8") as f:
+            writer = None if jsonl else csv.writer(f, lineterminator="\n")
+            if writer is not None:
+                writer.writerow(REVIEW_COLUMNS)
+            for entries in chunks():
+                for entry in entries:
+                    if entry["low"]:
+                        taken["below"] += 1
+                    elif int(entry["row"]) in picked:
+                        taken["sampled"] += 1
+                    else:
+                        continue
+                    empty: Any = [] if multi_label else ""
+                    values = [entry["text"], empty, entry["model_label"], entry["model_probability"], entry["row"]]
+                    if writer is None:
+                        f.write(orjson.dumps(dict(zip(REVIEW_COLUMNS, values))).decode() + "\n")
+                    else:
+                        writer.writerow(["" if v is None else _csv(v) for v in values])
+            f.flush()
+            os.fsync(f.fileno())
+
+    atomic_write(path, write)
     return {
         "path": str(path),
-        "rows": below + sampled,
-        "below": below,
-        "sampled": sampled,
+        "rows": taken["below"] + taken["sampled"],
+        "below": taken["below"],
+        "sampled": taken["sampled"],
         "below_threshold": options.below,
         "sample": options.sample,
     }

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast.classification import Classification
+from langchain_qwen_fast.jobs.parts import atomic_write
 
 #: The histogram's bins: this many equal steps of confidence from 0 to 1.
 BINS = 20
@@ -169,9 +170,10 @@ def render(report: JobReport) -> str:
     return "\n".join(lines)
 
 
-def draw_histogram(counts: Counts, path: Path) -> Path:
+def draw_histogram(counts: Counts, path: Path, folder: Path | None = None) -> Path:
     """A PNG of confidence per predicted label: one panel per label, rows per bin (Agg
-    backend: no display needed)."""
+    backend: no display needed), written whole or not at all (its temporary file in
+    ``folder``, default beside it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,6 +195,8 @@ def draw_histogram(counts: Counts, path: Path) -> Path:
     figure.supxlabel("confidence", fontsize=9)
     figure.supylabel("rows", fontsize=9)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=110, format="png"), folder)
+    finally:
+        plt.close(figure)
     return path

@@ -14,7 +14,14 @@ content could be read kept in its cells, in its place.
   temporary file first, since its footer says where its rows are.
 
 The text of a row is its text column (``text`` unless told otherwise), else its title and
-description joined (``"title. description"``) as ``qwen-fast train`` reads them.
+description joined (``"title. description"``) as ``qwen-fast train`` reads them. A table none
+of whose columns is either is refused before its first row (:class:`DataFileError` naming the
+columns): a CSV header, a Parquet schema, or a JSONL file's keys where every line was scanned
+for them.
+
+Each row carries a digest of what was read for it (:func:`row_digest`): its raw bytes (CSV:
+the lines of its record; JSONL: its line; without the line break), or a Parquet row's values,
+so that a resumed job can tell whether its input is the one its finished parts were read from.
 
 Written in chunks (:func:`write_part`): each part is a file of its own in the output's kind,
 joined into the output at the end (:func:`join_parts`) without holding more than a part.
@@ -23,6 +30,7 @@ joined into the output at the end (:func:`join_parts`) without holding more than
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import sys
@@ -46,6 +54,8 @@ LABEL_SEPARATOR = "|"
 #: A JSONL input's columns, when its rows cannot be scanned first (stdin): the keys of its
 #: first rows, this many.
 KEY_SCAN_ROWS = 1024
+#: Bytes in a row's digest (:func:`row_digest`).
+ROW_DIGEST_BYTES = 16
 _AG_NEWS_COLUMNS = ["class", "title", "description"]
 
 
@@ -79,6 +89,28 @@ class InputRow:
     cells: dict[str, Any]
     text: Any = None
     problem: str | None = None
+    #: what was read for the row, hashed (:func:`row_digest`)
+    digest: bytes = b""
+
+
+def row_digest(raw: bytes) -> bytes:
+    """The digest of a row's raw bytes: its line break left out, so that a last line that
+    gains one (a file appended to) is the same row."""
+    return hashlib.blake2b(raw.rstrip(b"\r\n"), digest_size=ROW_DIGEST_BYTES).digest()
+
+
+def values_digest(cells: dict[str, Any]) -> bytes:
+    """The digest of a row read as values (Parquet): its cells in order, as JSON, with what
+    JSON cannot hold (bytes, decimals) by type and ``repr``."""
+    try:
+        raw = orjson.dumps(cells, default=_tagged, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # integers past 64 bits
+        raw = repr(cells).encode("utf-8", errors="surrogatepass")
+    return row_digest(raw)
+
+
+def _tagged(value: Any) -> str:
+    return f"{type(value).__name__}:{value!r}"
 
 
 @dataclass(frozen=True)
@@ -169,11 +201,16 @@ class TableReader:
     def _csv_rows(self) -> Iterator[InputRow]:
         with self._open_text() as f:
             header: list[str] | None = None
-            for line, record in _csv_records(f):
+            lines: list[str] = []  # the lines of the record just read
+            for line, record in _csv_records(f, lines):
+                digest = row_digest("".join(lines).encode("utf-8", errors="surrogateescape"))
+                lines.clear()
                 if isinstance(record, csv.Error):
                     if header is None:
                         raise DataFileError(f"{self.path}: the header cannot be read as CSV: {record}") from None
-                    yield InputRow(f"line {line}", dict.fromkeys(header), problem=f"is not CSV: {record}")
+                    yield InputRow(
+                        f"line {line}", dict.fromkeys(header), problem=f"is not CSV: {record}", digest=digest
+                    )
                     continue
                 if not record:
                     continue
@@ -189,12 +226,17 @@ class TableReader:
                         self.columns = header
                         continue
                     self.columns = header
-                yield self._csv_row(f"line {line}", header, record)
+                row = self._csv_row(f"line {line}", header, record)
+                row.digest = digest
+                yield row
 
-    def _check_text_column(self, header: list[str]) -> None:
+    def _check_text_column(self, header: list[str], noun: str = "column") -> None:
+        """:class:`DataFileError` when none of ``header`` holds the text: a misspelt
+        ``--text-column`` would otherwise fail every row alike."""
         if self.text.column not in header and "title" not in header and "description" not in header:
             raise DataFileError(
-                f"{self.path} has no {self.text.column!r} column (nor title and description); columns: {header}"
+                f"{self.path} has no {self.text.column!r} {noun} (nor title and description); {noun}s: {header} "
+                "(--text-column names it)"
             )
 
     def _csv_row(self, place: str, header: list[str], record: list[str]) -> InputRow:
@@ -225,18 +267,23 @@ class TableReader:
                 if not line.strip():
                     continue
                 row = self._jsonl_row(f"line {number}", line)
+                row.digest = row_digest(line)
                 if self.columns is None:
                     keys.update(dict.fromkeys(row.cells))
                     buffered.append(row)
                     if len(buffered) < KEY_SCAN_ROWS:
                         continue
                     self.columns = list(keys)
+                    if self._scanned is not None:  # every line's keys are in
+                        self._check_text_column(self.columns, "key")
                     yield from buffered
                     buffered = []
                     continue
                 yield row
             if self.columns is None:
+                # Every line was read: a text key in none of them is a misspelt one.
                 self.columns = list(keys) or [self.text.column]
+                self._check_text_column(self.columns, "key")
                 yield from buffered
         finally:
             if source is not sys.stdin.buffer:
@@ -283,18 +330,20 @@ class TableReader:
         table = pq.ParquetFile(path)
         self.arrow_schema = table.schema_arrow
         self.columns = list(self.arrow_schema.names)
+        self._check_text_column(self.columns)
         number = 0
         for batch in table.iter_batches(batch_size=KEY_SCAN_ROWS):
             for cells in batch.to_pylist():
                 number += 1
                 text, missing = self.text.of(cells)
-                yield InputRow(f"row {number}", cells, text, missing)
+                yield InputRow(f"row {number}", cells, text, missing, values_digest(cells))
 
 
-def _csv_records(f: IO[str]) -> Iterator[tuple[int, list[str] | csv.Error]]:
+def _csv_records(f: IO[str], lines: list[str] | None = None) -> Iterator[tuple[int, list[str] | csv.Error]]:
     """Each CSV record with the line it ends on, or the error reading it raised (reading then
-    goes on at the next line)."""
-    records = csv.reader(f)
+    goes on at the next line). ``lines``: each line read is added to it (the reader takes the
+    lines of one record at a time, so between two records it holds the lines of one)."""
+    records = csv.reader(f if lines is None else _kept(f, lines))
     while True:
         try:
             record: list[str] | csv.Error = next(records)
@@ -303,6 +352,12 @@ def _csv_records(f: IO[str]) -> Iterator[tuple[int, list[str] | csv.Error]]:
         except csv.Error as exc:
             record = exc
         yield records.line_num, record
+
+
+def _kept(f: IO[str], lines: list[str]) -> Iterator[str]:
+    for line in f:
+        lines.append(line)
+        yield line
 
 
 def _keys_of(line: bytes) -> list[str]:

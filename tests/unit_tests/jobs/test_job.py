@@ -157,22 +157,24 @@ def test_a_restart_with_other_options_is_refused_naming_the_difference(fake: Fak
 
 
 def test_differences_name_each_field_by_its_flag() -> None:
-    saved = {"labels": ["A", "B"], "abstain_below": None, "input_size": 10, "text_column": "text"}
-    now = {"labels": ["A", "B"], "abstain_below": 0.5, "input_size": 12, "text_column": "body"}
+    saved = {"labels": ["A", "B"], "abstain_below": None, "input": "a.csv", "text_column": "text"}
+    now = {"labels": ["A", "B"], "abstain_below": 0.5, "input": "b.csv", "text_column": "body"}
     assert differences(saved, now) == [
-        "the input's size differ: 10 vs 12",
+        "the input differ: a.csv vs b.csv",
         "--text-column differ: text vs body",
         "--abstain-below differ: none vs 0.5",
     ]
 
 
 def test_a_changed_input_is_refused(fake: FakeVLLM, tmp_path: Path) -> None:
-    source = write_csv(tmp_path / "in.csv", headlines(200))
+    texts = headlines(200)
+    source = write_csv(tmp_path / "in.csv", texts)
     out = tmp_path / "out.csv"
     with pytest.raises(Killed):
         classify_table(options(source, out), classifier(dying_after(fake, 10)))
-    write_csv(source, headlines(201))
-    with pytest.raises(ConfigurationError, match="the input's size differ"):
+    assert WorkFolder(out, "csv").parts()
+    write_csv(source, [texts[0].upper(), *texts[1:]])
+    with pytest.raises(ConfigurationError, match=r"its row 1 \(line 2\) differs"):
         classify_table(options(source, out), classifier(fake.transport))
 
 
@@ -194,13 +196,15 @@ def test_other_output_kinds(fake: FakeVLLM, tmp_path: Path, kind: str) -> None:
 
 def test_options_that_cannot_work_are_named(tmp_path: Path) -> None:
     source = write_csv(tmp_path / "in.csv", ["x"])
-    for kwargs, message in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"labels": None}, "give --classifier DIR or --labels"),
         ({"review_below": 0.5}, "need --review-out"),
         ({"review_out": str(tmp_path / "r.csv")}, "needs --review-below"),
         ({"review_out": str(tmp_path / "r.parquet"), "review_sample": 3}, r"must be \.csv or \.jsonl"),
         ({"chunk_rows": 0}, "at least 1"),
-    ]:
+        ({"max_error_rate": -0.1}, r"--max-error-rate must be within \[0, 1\]"),
+    ]
+    for kwargs, message in cases:
         with pytest.raises(ConfigurationError, match=message):
             classify_table(options(source, tmp_path / "out.csv", **kwargs))
     with pytest.raises(ConfigurationError, match="--out is the input file"):

@@ -185,3 +185,73 @@ def test_values_that_are_not_text_are_written_as_text(tmp_path: Path, kind: str)
     join_parts(tmp_path / f"out.{kind}", layout, [tmp_path / f"p.{kind}"])
     (back,) = read_back(tmp_path / f"out.{kind}", kind)
     assert str(back["n"]).strip('"') == str(2**70) and "2026-12-01" in str(back["when"]) and back["label"] == "A"
+
+
+# -- what a row was read from ---------------------------------------------------------------------
+def digests(path: Path, kind: str) -> list[bytes]:
+    return [row.digest for row in rows_of(path, kind)[1]]
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
+def test_each_row_s_digest_changes_with_that_row_alone(tmp_path: Path, kind: str) -> None:
+    rows: list[dict[str, Any]] = [{"id": str(i), "text": f'text, "quoted" {i}\nsecond line'} for i in range(6)]
+    path = tmp_path / f"in.{kind}"
+
+    def write(rows: list[dict[str, Any]]) -> None:
+        layout = Layout(kind, ["id", "text"], [], False)  # type: ignore[arg-type]
+        write_part(tmp_path / "part", layout, rows)
+        join_parts(path, layout, [tmp_path / "part"])
+
+    write(rows)
+    before = digests(path, kind)
+    assert len(set(before)) == 6 and all(len(d) == 16 for d in before)
+    assert digests(path, kind) == before  # the same bytes, the same digests
+    rows[3]["text"] += "!"
+    write(rows)
+    after = digests(path, kind)
+    assert [a == b for a, b in zip(before, after)] == [True, True, True, False, True, True]
+
+
+def test_a_row_s_digest_leaves_out_its_line_break(tmp_path: Path) -> None:
+    for kind, content in [("csv", "id,text\n1,a\n2,b"), ("jsonl", '{"text": "a"}\n{"text": "b"}')]:
+        path = tmp_path / f"in.{kind}"
+        path.write_text(content)
+        last = digests(path, kind)
+        path.write_text(content + "\n")
+        assert digests(path, kind) == last
+        path.write_bytes((content.replace("\n", "\r\n") + "\r\n").encode())
+        assert digests(path, kind) == last  # a line's break is no part of its row, whichever it is
+
+
+def test_a_csv_row_s_digest_covers_its_raw_bytes_and_the_blank_lines_before_it(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text('id,text\n1,"a"\n2,b\n')
+    quoted = digests(path, "csv")
+    path.write_text("id,text\n1,a\n2,b\n")
+    plain = digests(path, "csv")
+    assert quoted[0] != plain[0] and quoted[1] == plain[1]  # what was read, not what it means
+    path.write_text("id,text\n1,a\n\n2,b\n")
+    assert digests(path, "csv") == plain  # a blank line is not a row
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_a_jsonl_text_key_in_no_line_is_refused_naming_the_keys(tmp_path: Path, scan: bool) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"id": 1, "body": "a"}\n{"id": 2, "body": "b"}\n')
+    reader = TableReader(str(path), "jsonl", TextSource("txt"), scan_keys=scan)
+    reader.count()
+    with pytest.raises(DataFileError, match=r"has no 'txt' key .*keys: \['id', 'body'\] \(--text-column"):
+        list(reader.rows())
+    path.write_text('{"id": 1, "body": "a"}\n{"id": 2, "txt": "b"}\n')  # a key some lines lack
+    _, rows = rows_of(path, "jsonl", "txt")
+    assert rows[0].problem is not None and rows[1].text == "b"
+
+
+def test_a_parquet_text_column_in_no_row_is_refused_naming_the_columns(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [1], "body": ["a"]}), path)
+    with pytest.raises(DataFileError, match=r"has no 'text' column .*columns: \['id', 'body'\]"):
+        rows_of(path, "parquet")
