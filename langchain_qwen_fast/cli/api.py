@@ -1,23 +1,38 @@
 """``qwen-fast api``: a saved classifier served over HTTP (``POST /v1/classify``, ``/health``,
-``/metrics``), in the foreground."""
+``/ready``, ``/metrics``), in the foreground."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
-DESCRIPTION = """\
+from langchain_qwen_fast.errors import ConfigurationError
+
+#: The environment variable the key is read from by default.
+API_KEY_ENV = "QWEN_FAST_API_KEY"
+
+DESCRIPTION = f"""\
 Serve a saved classifier over HTTP, for clients in any language:
 
     qwen-fast api models/news --base-url http://127.0.0.1:8000/v1 --port 8080
-    curl -s localhost:8080/v1/classify -H 'content-type: application/json' -d '{"input": "Stocks rally"}'
+    curl -s localhost:8080/v1/classify -H 'content-type: application/json' -d '{{"input": "Stocks rally"}}'
 
-POST /v1/classify takes {"input": "one text"} or {"input": ["a", "b", ...]} and answers each
+POST /v1/classify takes {{"input": "one text"}} or {{"input": ["a", "b", ...]}} and answers each
 text's labels, probabilities and abstention; a list keeps each bad item's error in its place.
 Single texts are grouped: while every group slot is busy, arriving texts queue and go together
-as the next group, in one request to vLLM. GET /health, GET /metrics (Prometheus) and OpenAPI
-docs at /docs. With an API key, /v1/classify and /metrics
-need "Authorization: Bearer <key>". Needs the 'api' extra (FastAPI, uvicorn, prometheus-client)."""
+as the next group, in one request to vLLM.
+
+Limits, declared in the OpenAPI document and checked before any work: the body's bytes (413),
+the texts in a list and the characters in a text (422), the texts waiting over all requests
+(429 with Retry-After), and a deadline a request (504). GET /health is liveness (it never calls
+vLLM), GET /ready readiness (the set-up is done and vLLM answers), GET /metrics Prometheus, and
+OpenAPI docs at /docs.
+
+The API key: put it in the environment ({API_KEY_ENV}, or the variable --api-key-env names) or
+in a file (--api-key-file), never on the command line, where other users of the machine can
+read it. With a key, /v1/classify and /metrics need "Authorization: Bearer <key>". Needs the
+'api' extra (FastAPI, uvicorn, prometheus-client)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,12 +40,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="a saved classifier (QwenClassifier.save's file or directory)")
     p.add_argument("--base-url", help="the vLLM server(s), overriding the saved ones", nargs="+")
     p.add_argument("--model", help="the served model name, overriding the saved one")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default: %(default)s; another address without a key is warned about)",
+    )
     p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     p.add_argument(
         "--api-key-env",
-        default="QWEN_FAST_API_KEY",
-        help="environment variable holding the key clients must send (default: %(default)s; unset: no key)",
+        default=API_KEY_ENV,
+        help="environment variable holding the key clients must send (default: %(default)s; unset: no key; "
+        "set but empty: refused)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        type=Path,
+        help="a file holding the key (its first line; surrounding whitespace dropped); "
+        "overrides the environment variable",
     )
     p.add_argument(
         "--max-wait-ms",
@@ -54,6 +80,51 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="processes serving the port, each with its own grouping: more requests a second than one "
         "process's HTTP and JSON work allows (default: %(default)s)",
     )
+    # The limits' defaults are the service's (serving/api.py), written out here so that --help
+    # imports no FastAPI; a unit test holds the two equal. None: the service's default.
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        help="largest request body in bytes; a larger one is answered 413 unread (default: 4194304)",
+    )
+    p.add_argument("--max-texts", type=int, help="most texts in one request; more: 422 (default: 1024)")
+    p.add_argument("--max-text-chars", type=int, help="most characters in one text; more: 422 (default: 65536)")
+    p.add_argument(
+        "--max-queued-texts",
+        type=int,
+        help="most texts waiting or in flight over all requests, a worker; a request that would pass it "
+        "is answered 429 with Retry-After (default: 4096)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        help="seconds from a request's arrival to its answer; past it, 504 (default: 60)",
+    )
+    p.add_argument("--ready-timeout", type=float, help="most seconds GET /ready takes to find out (default: 2)")
+
+
+#: The limit options, passed on to the service only when given.
+LIMITS = ("max_body_bytes", "max_texts", "max_text_chars", "max_queued_texts", "request_timeout", "ready_timeout")
+
+
+def api_key_from(env: str, file: Path | None) -> str | None:
+    """The key from ``file`` if given, else from the variable ``env`` (None when unset). An
+    empty key, or one that cannot be read, is a :class:`ConfigurationError`: a service that was
+    meant to have a key never starts without one."""
+    if file is not None:
+        try:
+            lines = file.read_text(encoding="utf-8").strip().splitlines()
+        except OSError as exc:
+            raise ConfigurationError(f"--api-key-file {file}: cannot read it ({exc.strerror})") from None
+        if not lines or not lines[0].strip():
+            raise ConfigurationError(f"--api-key-file {file} is empty")
+        return lines[0].strip()
+    value = os.environ.get(env)
+    if value is None:
+        return None
+    if not value.strip():
+        raise ConfigurationError(f"{env} is set but empty: set the key, or unset it for a service without one")
+    return value.strip()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,10 +138,11 @@ def run(args: argparse.Namespace) -> int:
         model=args.model or None,
         host=args.host,
         port=args.port,
-        api_key=os.environ.get(args.api_key_env) or None,
+        api_key=api_key_from(args.api_key_env, args.api_key_file),
         max_wait_ms=args.max_wait_ms,
         max_group=args.max_group,
         groups_in_flight=args.groups_in_flight,
         workers=args.workers,
+        **{name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None},
     )
     return 0

@@ -1,10 +1,14 @@
-"""Single texts that arrive together, classified in one grouped request: many clients each
-sending one text get batch throughput (the HTTP service's ``POST /v1/classify`` with one text)."""
+"""Texts that arrive together, classified in grouped requests, behind one bounded admission:
+many clients each sending one text get batch throughput, and a list's texts take the same
+group slots and the same place in line (the HTTP service's ``POST /v1/classify``)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
@@ -17,6 +21,15 @@ if TYPE_CHECKING:
 #: answered; fewer groups in flight make each group larger, and a larger group costs the
 #: service less CPU a text (docs/performance.md).
 GROUPS_IN_FLIGHT_PER_REPLICA = 2
+#: Texts waiting or in flight by default, over all requests: beyond it a request is refused
+#: at once (the service answers 429) rather than queued behind work it would wait minutes for.
+DEFAULT_MAX_QUEUED_TEXTS = 4096
+#: The most seconds an overloaded batcher asks callers to wait before trying again.
+MAX_RETRY_AFTER = 30
+#: How far back the completion rate behind a ``Retry-After`` estimate looks, in seconds.
+_RATE_WINDOW = 10.0
+#: Seconds asked when nothing finished within the window, so no rate is known.
+_UNKNOWN_RATE_RETRY_AFTER = 5
 
 
 def default_groups_in_flight(replicas: int, processes: int = 1) -> int:
@@ -25,19 +38,63 @@ def default_groups_in_flight(replicas: int, processes: int = 1) -> int:
     return max(1, GROUPS_IN_FLIGHT_PER_REPLICA * replicas // processes)
 
 
-#: A text waiting for its group, and the future its caller awaits.
-_Waiting = tuple[Any, "asyncio.Future[Any]"]
+class Overloaded(Exception):
+    """The batcher holds too many texts to take a request's: refused whole, nothing queued.
+
+    Attributes:
+        queued: texts waiting or in flight when the request came.
+        limit: the most the batcher holds.
+        retry_after: whole seconds the caller should wait before trying again.
+    """
+
+    def __init__(self, *, asked: int, queued: int, limit: int, retry_after: int) -> None:
+        super().__init__(
+            f"the service holds {queued} texts (at most {limit}) and cannot take {asked} more; "
+            f"retry after {retry_after} s"
+        )
+        self.queued = queued
+        self.limit = limit
+        self.retry_after = retry_after
+
+
+class _Item:
+    """One text in the batcher: its value, the future its caller awaits, and its group once
+    it has one (None while it waits in line)."""
+
+    __slots__ = ("future", "group", "value")
+
+    def __init__(self, value: Any, future: asyncio.Future[Any]) -> None:
+        self.value = value
+        self.future = future
+        self.group: _Group | None = None
+
+
+class _Group:
+    """Texts sent together; ``live`` counts those whose callers still wait for them."""
+
+    __slots__ = ("items", "live", "task")
+
+    def __init__(self, items: list[_Item]) -> None:
+        self.items = items
+        self.live = len(items)
+        self.task: asyncio.Task[None] | None = None
 
 
 class MicroBatcher:
-    """Groups single texts that arrive together into one engine call.
+    """Groups texts that arrive together into engine calls, behind one bounded line.
 
     At most ``groups_in_flight`` groups run at once (None: :func:`default_groups_in_flight` of
-    the engine's replicas). While every slot is busy, texts queue; when one frees,
-    everything queued (up to ``max_group`` texts) goes as the next group. So under load the
+    the engine's replicas). While every slot is busy, texts wait in line; when one frees,
+    everything waiting (up to ``max_group`` texts) goes as the next group. So under load the
     groups grow with the load, and a text arriving at a quiet service goes at once, alone.
     ``max_wait`` > 0 also has a group's first text wait up to that many seconds for company
     before it goes. Each text's future gets its own result or exception.
+
+    Admission: at most ``max_queued`` texts wait or are in flight at once, single texts and
+    lists' alike; a request that would pass it is refused whole with :class:`Overloaded`. A
+    caller that stops waiting (its deadline passed: its task is cancelled) takes its waiting
+    texts out of line at once; a group whose callers all left is cancelled, which frees its
+    slot and drops its requests to vLLM.
     """
 
     def __init__(
@@ -47,71 +104,188 @@ class MicroBatcher:
         max_wait: float = 0.0,
         max_group: int = 256,
         groups_in_flight: int | None = None,
+        max_queued: int = DEFAULT_MAX_QUEUED_TEXTS,
         on_group: Callable[[int], object] | None = None,
     ) -> None:
+        if max_group < 1 or max_queued < 1 or (groups_in_flight is not None and groups_in_flight < 1):
+            raise ValueError("max_group, max_queued and groups_in_flight must be 1 or more")
         self.engine = engine
         self.max_wait = max_wait
         self.max_group = max_group
         self.groups_in_flight = groups_in_flight
+        self.max_queued = max_queued
         self._on_group = on_group
-        self._queue: asyncio.Queue[_Waiting] | None = None
+        self._waiting: deque[_Item] = deque()
+        #: cancelled items still in ``_waiting`` (an estimate that only decides when to sweep)
+        self._dead = 0
+        self._queued = 0
+        self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._takes_prompt_lists: bool | None = None
+        #: (monotonic time, texts) of recent finished groups, for the Retry-After estimate
+        self._finished: deque[tuple[float, int]] = deque(maxlen=1024)
+
+    @property
+    def queued(self) -> int:
+        """Texts waiting for a group or in a group in flight."""
+        return self._queued
+
+    @property
+    def prepared(self) -> bool:
+        """Whether a group has learnt the engine's set-up (it is done)."""
+        return self._takes_prompt_lists is not None
+
+    def retry_after(self) -> int:
+        """Whole seconds until the texts held now are likely done, from the recent completion
+        rate: between 1 and :data:`MAX_RETRY_AFTER`."""
+        now = time.monotonic()
+        while self._finished and self._finished[0][0] < now - _RATE_WINDOW:
+            self._finished.popleft()
+        done = sum(count for _, count in self._finished)
+        if not done:  # nothing finished lately: a stalled server, or a service just started
+            return _UNKNOWN_RATE_RETRY_AFTER
+        rate = done / _RATE_WINDOW
+        return max(1, min(MAX_RETRY_AFTER, math.ceil(self._queued / rate)))
+
+    def submit(self, values: Sequence[Any]) -> list[asyncio.Future[Any]]:
+        """Put ``values`` in line, all or none: a future for each, or :class:`Overloaded`.
+        Cancelling a future takes its text out (see the class docstring)."""
+        if self._queued + len(values) > self.max_queued:
+            raise Overloaded(
+                asked=len(values), queued=self._queued, limit=self.max_queued, retry_after=self.retry_after()
+            )
+        if self._arrived is None or self._worker is None or self._worker.done():
+            self._arrived = asyncio.Event()
+            self._worker = asyncio.create_task(self._collect(self._arrived))
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Any]] = []
+        for value in values:
+            item = _Item(value, loop.create_future())
+            item.future.add_done_callback(lambda _, item=item: self._left(item))  # type: ignore[misc]
+            self._waiting.append(item)
+            futures.append(item.future)
+        self._queued += len(values)
+        self._arrived.set()
+        return futures
+
+    async def classify_many(self, values: Sequence[Any]) -> list[Any]:
+        """Each value's classification or exception, in order (see :meth:`submit`)."""
+        if not values:
+            return []
+        return list(await asyncio.gather(*self.submit(values), return_exceptions=True))
 
     async def classify(self, value: Any) -> Classification:
-        """The classification of one input, grouped with others arriving at the same time."""
-        if self._queue is None or self._worker is None or self._worker.done():
-            self._queue = asyncio.Queue()
-            self._worker = asyncio.create_task(self._collect(self._queue))
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((value, future))
+        """The classification of one input, grouped with others arriving at the same time;
+        raises its exception, or :class:`Overloaded`."""
+        (future,) = self.submit([value])
         result: Classification = await future
         return result
 
-    async def _collect(self, queue: asyncio.Queue[_Waiting]) -> None:
+    def close(self) -> None:
+        """Stop the collecting task and cancel every group in flight and text in line."""
+        for task in [self._worker, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        while self._waiting:
+            self._waiting.popleft().future.cancel()
+
+    # -- inside ------------------------------------------------------------------------------
+    def _left(self, item: _Item) -> None:
+        """A text's future is done; if its caller cancelled it, the text leaves the count (in
+        line) or its group's callers (in flight)."""
+        if not item.future.cancelled():
+            return
+        group = item.group
+        if group is None:
+            self._queued -= 1
+            self._dead += 1
+            if self._dead > 64 and self._dead * 2 > len(self._waiting):
+                # Swept now and then rather than removed one by one: each removal from the
+                # middle of a deque is a scan, a sweep is one for many.
+                self._waiting = deque(i for i in self._waiting if not i.future.done())
+                self._dead = 0
+            return
+        group.live -= 1
+        if group.live == 0 and group.task is not None:
+            group.task.cancel()
+
+    def _fill(self, group: list[_Item]) -> None:
+        while len(group) < self.max_group and self._waiting:
+            item = self._waiting.popleft()
+            if not item.future.done():
+                group.append(item)
+
+    async def _collect(self, arrived: asyncio.Event) -> None:
         slots = asyncio.Semaphore(self.groups_in_flight or default_groups_in_flight(self.engine.replica_count))
         while True:
             await slots.acquire()
-            group = [await queue.get()]
+            items: list[_Item] = []
+            while True:
+                self._fill(items)
+                if items:
+                    break
+                arrived.clear()
+                await arrived.wait()
             if self.max_wait > 0:
-                await self._wait_for_company(queue, group)
-            while len(group) < self.max_group and not queue.empty():
-                group.append(queue.get_nowait())
-            task = asyncio.create_task(self._run(group))
+                await self._wait_for_company(arrived, items)
+            group = _Group(items)
+            for item in items:
+                item.group = group
+            group.task = task = asyncio.create_task(self._run(group))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             task.add_done_callback(lambda _: slots.release())
 
-    async def _wait_for_company(self, queue: asyncio.Queue[_Waiting], group: list[_Waiting]) -> None:
+    async def _wait_for_company(self, arrived: asyncio.Event, items: list[_Item]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wait
-        while len(group) < self.max_group:
+        while len(items) < self.max_group:
+            self._fill(items)
             timeout = deadline - loop.time()
-            if timeout <= 0:
+            if len(items) >= self.max_group or timeout <= 0:
                 return
+            arrived.clear()
             try:
-                group.append(await asyncio.wait_for(queue.get(), timeout))
+                await asyncio.wait_for(arrived.wait(), timeout)
             except asyncio.TimeoutError:
+                self._fill(items)
                 return
 
-    async def _run(self, group: list[_Waiting]) -> None:
+    async def _run(self, group: _Group) -> None:
+        items = group.items
         if self._on_group is not None:
-            self._on_group(len(group))
+            self._on_group(len(items))
         results: list[Any]
         try:
-            # One request a group (of up to MAX_BATCH_SIZE prompts) where the server takes prompt
-            # lists, as a batch's own requests are at full load; a request a text where not.
-            if self._takes_prompt_lists is None:  # learnt once, by the set-up
-                self._takes_prompt_lists = (await self.engine.aprepare()).takes_prompt_lists
-            requests = -(-len(group) // MAX_BATCH_SIZE) if self._takes_prompt_lists else len(group)
-            results = await self.engine.aclassify([value for value, _ in group], max_concurrency=requests)
-        except Exception as exc:  # the group itself failed: every caller hears why
-            results = [exc] * len(group)
-        for (_, future), result in zip(group, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+            try:
+                # One request a group (of up to MAX_BATCH_SIZE prompts) where the server takes
+                # prompt lists, as a batch's own requests are at full load; a request a text where not.
+                if self._takes_prompt_lists is None:  # learnt once, by the set-up
+                    self._takes_prompt_lists = (await self.engine.aprepare()).takes_prompt_lists
+                requests = -(-len(items) // MAX_BATCH_SIZE) if self._takes_prompt_lists else len(items)
+                results = await self.engine.aclassify([item.value for item in items], max_concurrency=requests)
+            except Exception as exc:  # the group itself failed: every caller hears why
+                results = [exc] * len(items)
+            self._finished.append((time.monotonic(), len(items)))
+            for item, result in zip(items, results, strict=True):
+                if item.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    item.future.set_exception(result)
+                else:
+                    item.future.set_result(result)
+        finally:
+            self._queued -= len(items)
+            for item in items:  # cancelled (closed, or every caller left): none waits forever
+                if not item.future.done():
+                    item.future.cancel()
+
+
+__all__ = [
+    "DEFAULT_MAX_QUEUED_TEXTS",
+    "GROUPS_IN_FLIGHT_PER_REPLICA",
+    "MicroBatcher",
+    "Overloaded",
+    "default_groups_in_flight",
+]

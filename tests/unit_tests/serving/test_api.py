@@ -13,7 +13,7 @@ import pytest
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.errors import MissingDependencyError
-from langchain_qwen_fast.serving.api import ClassifyFastPath, create_app, serve_api
+from langchain_qwen_fast.serving.api import Answer, APIKey, ClassifyFastPath, create_app, serve_api
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from tests.support.fake_vllm import FakeVLLM, status
 
@@ -55,15 +55,47 @@ async def test_single_texts_arriving_together_share_one_request() -> None:
     assert [a.json()["result"]["label"] for a in answers] == [r.label for r in classifier.batch(texts)]
 
 
-async def test_a_server_failure_reaches_every_caller_as_json() -> None:
+@pytest.mark.parametrize(
+    ("fault", "code", "retry_after"),
+    [
+        (status(503, {"Retry-After": "7"}, message="overloaded at http://10.1.2.3:8000"), 503, "7"),
+        (status(429, {"Retry-After": "2.5"}, message="overloaded at http://10.1.2.3:8000"), 429, "3"),
+        (status(500, message="Traceback at http://10.1.2.3:8000"), 502, None),
+    ],
+)
+async def test_a_server_failure_reaches_every_caller_with_a_request_id_and_no_internals(
+    fault: Any, code: int, retry_after: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
     fake = FakeVLLM()
     classifier, client = service(fake, max_wait_ms=20)
     classifier.prepare()
-    fake.fail("/v1/completions", status(503, message="overloaded"))
-    answers = await asyncio.gather(*(client.post("/v1/classify", json={"input": t}) for t in headlines(5)))
-    assert {a.status_code for a in answers} == {502}
-    assert all(a.json()["error"]["type"] == "ServerStatusError" and "overloaded" in a.json()["error"]["message"]
-               for a in answers)  # fmt: skip
+    fake.fail("/v1/completions", fault)
+    with caplog.at_level("WARNING", logger="langchain_qwen_fast.serving.api"):
+        answers = await asyncio.gather(*(client.post("/v1/classify", json={"input": t}) for t in headlines(5)))
+    assert {a.status_code for a in answers} == {code}
+    assert {a.headers.get("retry-after") for a in answers} == {retry_after}  # the server's, passed on
+    for answer in answers:
+        error = answer.json()["error"]
+        assert error["type"] == "ServerStatusError" and error["request_id"] == answer.headers["x-request-id"]
+        assert "10.1.2.3" not in answer.text and "overloaded" not in answer.text and "Traceback" not in answer.text
+        # the details are in the log, under the id the client got
+        assert any(error["request_id"] in r.message and "10.1.2.3" in r.message for r in caplog.records)
+
+
+async def test_a_list_the_server_asked_time_for_is_answered_so_and_partial_failures_in_place() -> None:
+    fake = FakeVLLM()
+    classifier, client = service(fake)
+    classifier.prepare()
+    fake.fail("/v1/completions", status(503, {"Retry-After": "4"}))
+    whole = await client.post("/v1/classify", json={"input": ["Goal!", "Shares slide"]})
+    assert whole.status_code == 503 and whole.headers["retry-after"] == "4"
+    fake.fail("/v1/completions", status(500, message="at http://10.1.2.3:8000"))
+    mixed = await client.post("/v1/classify", json={"input": ["Goal!", ""]})
+    assert mixed.status_code == 200 and "10.1.2.3" not in mixed.text
+    failed, empty = mixed.json()["results"]
+    assert failed["error"]["type"] == "ServerStatusError"
+    assert failed["error"]["request_id"] == mixed.headers["x-request-id"]
+    assert empty["error"] == {"type": "InvalidInputError", "message": "text is empty or whitespace only"}
 
 
 async def test_api_key_guards_classify_and_metrics() -> None:
@@ -151,11 +183,11 @@ async def test_the_fast_path_hands_every_other_request_to_fastapi_with_its_body(
         await send({"type": "http.response.start", "status": 299, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    async def respond(request: Any) -> tuple[dict[str, Any], int]:
+    async def respond(request: Any, deadline: float) -> Answer:
         answered.append(request.input)
-        return {"result": "fast"}, 200
+        return Answer(200, b'{"result": "fast"}', {})
 
-    app: Any = ClassifyFastPath(downstream, respond=respond, api_key="sk-1")
+    app: Any = ClassifyFastPath(downstream, respond=respond, key=APIKey("sk-1"))
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test")
     key = {"authorization": "Bearer sk-1"}
     fast = await client.post("/v1/classify", json={"input": "x"}, headers=key)
@@ -163,12 +195,16 @@ async def test_the_fast_path_hands_every_other_request_to_fastapi_with_its_body(
     for kwargs in [
         {"content": b'{"input": ', "headers": {**key, "content-type": "application/json"}},  # not JSON
         {"json": {"input": ""}, "headers": key},  # breaks the schema
-        {"json": {"input": "x"}, "headers": {"authorization": "Bearer sk-2"}},  # wrong key
-        {"json": {"input": "x"}},  # no key
         {"content": b'{"input": "x"}', "headers": {**key, "content-type": "text/plain"}},
     ]:
         sent = client.build_request("POST", "/v1/classify", **kwargs)  # type: ignore[arg-type]
         assert (await client.send(sent)).status_code == 299
         assert seen[-1] == ("POST", "/v1/classify", sent.content)
     assert (await client.get("/v1/classify")).status_code == 299
-    assert answered == ["x"] and len(seen) == 6
+    assert answered == ["x"] and len(seen) == 4
+    # A wrong key or none is answered here, before the body is read, as FastAPI's route would.
+    for headers in [{"authorization": "Bearer sk-2"}, {}, {"authorization": "Basic sk-1"}]:
+        refused = await client.post("/v1/classify", json={"input": "x"}, headers=headers)
+        assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+        assert refused.json()["error"] == {"type": "Unauthorized", "message": "missing or wrong API key"}
+    assert len(seen) == 4 and answered == ["x"]

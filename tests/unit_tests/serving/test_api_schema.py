@@ -68,7 +68,13 @@ def test_the_blank_text_rule_is_the_classifiers_at_every_code_point() -> None:
 
 @pytest.mark.parametrize(
     ("fault", "code"),
-    [(status(503, message="overloaded"), 502), (status(400), 502), (raw(b"{not json"), 502), (timeout(), 504)],
+    [
+        (status(503, {"Retry-After": "3"}, message="overloaded"), 503),
+        (status(429, {"Retry-After": "3"}), 429),
+        (status(400), 502),
+        (raw(b"{not json"), 502),
+        (timeout(), 504),
+    ],
 )
 def test_a_vllm_failure_answers_as_the_document_says(fault: Any, code: int) -> None:
     fake = FakeVLLM()
@@ -78,6 +84,27 @@ def test_a_vllm_failure_answers_as_the_document_says(fault: Any, code: int) -> N
     fake.fail("/v1/completions", fault)
     response = call_and_check(case, AUTHORISED, excluded_checks=[not_a_server_error])
     assert response.status_code == code
+
+
+def test_the_document_declares_the_limits_statuses_and_headers() -> None:
+    """Each limit is in the document as a schema keyword or a status, with the headers the
+    answers carry: a client generated from it knows what is refused and why."""
+    document = create_app(
+        QwenClassifier(labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1"),
+        max_texts=7,
+        max_text_chars=99,
+        max_body_bytes=12345,
+        max_queued_texts=50,
+    ).openapi()
+    one, many = document["components"]["schemas"]["ClassifyRequest"]["properties"]["input"]["anyOf"]
+    assert (one["maxLength"], many["maxItems"], many["items"]["maxLength"]) == (99, 7, 99)
+    answers = document["paths"]["/v1/classify"]["post"]["responses"]
+    assert {"408", "413", "422", "429", "500", "502", "503", "504"} <= set(answers)
+    assert "12345 bytes" in answers["413"]["description"] and "50 texts" in answers["429"]["description"]
+    assert {"Retry-After"} <= set(answers["429"]["headers"]) and {"Retry-After"} <= set(answers["503"]["headers"])
+    assert all("x-request-id" in answers[code]["headers"] for code in ("500", "502", "503", "504"))
+    ready = document["paths"]["/ready"]["get"]["responses"]
+    assert set(ready) == {"200", "503"} and "/health" in document["paths"]
 
 
 def test_the_document_names_the_key_metrics_format_and_labels_as_served() -> None:

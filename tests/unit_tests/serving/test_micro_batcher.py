@@ -11,7 +11,9 @@ import pytest
 
 from langchain_qwen_fast.serving.micro_batcher import (
     GROUPS_IN_FLIGHT_PER_REPLICA,
+    MAX_RETRY_AFTER,
     MicroBatcher,
+    Overloaded,
     default_groups_in_flight,
 )
 
@@ -30,13 +32,18 @@ class HeldClassifier:
     takes_prompt_lists: bool = True
     calls: list[tuple[list[str], int]] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: list[list[str]] = field(default_factory=list)
 
     async def aprepare(self) -> Plan:
         return Plan(self.takes_prompt_lists)
 
     async def aclassify(self, values: list[str], *, max_concurrency: int) -> list[Any]:
         self.calls.append((values, max_concurrency))
-        await self.release.wait()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(values)
+            raise
         return [ValueError(v) if v.startswith("bad") else f"label of {v}" for v in values]
 
 
@@ -120,3 +127,100 @@ async def test_a_failed_set_up_reaches_every_caller_of_the_group() -> None:
 @pytest.mark.parametrize(("replicas", "processes", "each"), [(1, 1, 2), (4, 1, 8), (1, 4, 1), (4, 8, 1), (4, 2, 4)])
 def test_worker_processes_share_the_default_groups_in_flight(replicas: int, processes: int, each: int) -> None:
     assert default_groups_in_flight(replicas, processes) == each
+
+
+async def test_admission_is_one_bound_for_single_texts_and_lists_all_or_nothing() -> None:
+    classifier = HeldClassifier()
+    batcher = MicroBatcher(classifier, groups_in_flight=1, max_queued=5)  # type: ignore[arg-type]
+    first = asyncio.create_task(batcher.classify("a"))
+    await settle()  # in flight: it counts until its group is done
+    listed = asyncio.create_task(batcher.classify_many(["b", "c", "d"]))
+    await settle()
+    assert batcher.queued == 4
+    with pytest.raises(Overloaded) as refused:
+        batcher.submit(["e", "f"])  # would be 6: refused whole, nothing queued
+    assert refused.value.queued == 4 and refused.value.limit == 5 and 1 <= refused.value.retry_after <= MAX_RETRY_AFTER
+    assert batcher.queued == 4
+    last = asyncio.create_task(batcher.classify("e"))  # 5 fits
+    await settle()
+    with pytest.raises(Overloaded):
+        await batcher.classify("f")
+    classifier.release.set()
+    assert [await first, await listed, await last] == ["label of a", ["label of b", "label of c", "label of d"],
+                                                      "label of e"]  # fmt: skip
+    assert batcher.queued == 0
+
+
+async def test_a_caller_that_stops_waiting_takes_its_texts_out_of_line() -> None:
+    classifier = HeldClassifier()
+    batcher = MicroBatcher(classifier, groups_in_flight=1, max_queued=100)  # type: ignore[arg-type]
+    busy = asyncio.create_task(batcher.classify("busy"))
+    await settle()
+    waiting = asyncio.create_task(batcher.classify_many([f"w{k}" for k in range(50)]))
+    await settle()
+    assert batcher.queued == 51
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):  # its deadline passes while its texts wait
+            await waiting
+    await settle()
+    assert batcher.queued == 1  # only the one in flight is left
+    stay = asyncio.create_task(batcher.classify("stay"))
+    classifier.release.set()
+    assert await busy == "label of busy" and await stay == "label of stay"
+    assert [values for values, _ in classifier.calls] == [["busy"], ["stay"]]  # the others never went
+
+
+async def test_a_group_whose_callers_all_left_is_cancelled_and_frees_its_slot() -> None:
+    classifier = HeldClassifier()
+    batcher = MicroBatcher(classifier, groups_in_flight=1)  # type: ignore[arg-type]
+    left = asyncio.create_task(batcher.classify_many(["x", "y"]))
+    await settle()
+    assert classifier.calls == [(["x", "y"], 1)]
+    left.cancel()
+    await settle()
+    assert classifier.cancelled == [["x", "y"]] and batcher.queued == 0
+    classifier.release.set()
+    assert await batcher.classify("next") == "label of next"  # the slot is free again
+
+
+async def test_a_group_some_callers_left_goes_on_for_the_others() -> None:
+    classifier = HeldClassifier()
+    batcher = MicroBatcher(classifier, groups_in_flight=1)  # type: ignore[arg-type]
+    gone, kept = asyncio.create_task(batcher.classify("gone")), asyncio.create_task(batcher.classify("kept"))
+    await settle()
+    assert classifier.calls == [(["gone", "kept"], 1)]
+    gone.cancel()
+    await settle()
+    assert classifier.cancelled == [] and batcher.queued == 2  # in flight until the group is done
+    classifier.release.set()
+    assert await kept == "label of kept" and gone.cancelled() and batcher.queued == 0
+
+
+async def test_texts_that_left_the_line_do_not_pile_up_while_the_slots_stay_busy() -> None:
+    """A stalled server holds every slot: callers come and go; what they leave behind is
+    swept, so the line's memory follows the texts actually waiting."""
+    classifier = HeldClassifier()
+    batcher = MicroBatcher(classifier, groups_in_flight=1, max_queued=10_000)  # type: ignore[arg-type]
+    stuck = asyncio.create_task(batcher.classify("stuck"))
+    await settle()
+    for _ in range(50):
+        caller = asyncio.create_task(batcher.classify_many([f"t{k}" for k in range(100)]))
+        await settle()
+        caller.cancel()
+        await settle()
+    assert batcher.queued == 1
+    assert len(batcher._waiting) <= 300  # swept: not the 5,000 that came and went
+    stuck.cancel()
+
+
+async def test_retry_after_follows_the_recent_completion_rate() -> None:
+    classifier = HeldClassifier()
+    classifier.release.set()
+    batcher = MicroBatcher(classifier, groups_in_flight=1)  # type: ignore[arg-type]
+    assert batcher.retry_after() >= 1  # nothing known yet
+    await batcher.classify_many([f"t{k}" for k in range(100)])  # 100 texts done within the window
+    batcher._queued = 10  # ten waiting at 10 a second: a second
+    assert batcher.retry_after() == 1
+    batcher._queued = 10_000  # far beyond: capped
+    assert batcher.retry_after() == MAX_RETRY_AFTER
+    batcher._queued = 0
