@@ -134,11 +134,14 @@ def sampling_from_body(body: Mapping[str, Any]) -> CeilingSampling:
     ``allowed_token_ids`` with a top-k of logprobs)."""
     if "structured_outputs" in body:
         raise ValueError("a constrained-choice request has no label-token logprobs to ask an engine for")
+    ids = list(body["logprob_token_ids"]) if body.get("logprob_token_ids") else None
     return CeilingSampling(
         max_tokens=int(body.get("max_tokens", 1)),
         temperature=float(body.get("temperature", 0.0)),
-        logprobs=body.get("logprobs"),
-        logprob_token_ids=list(body["logprob_token_ids"]) if body.get("logprob_token_ids") else None,
+        # The engine's SamplingParams wants one logprob for each asked-for token (the server
+        # maps its request's top-k onto that itself).
+        logprobs=len(ids) if ids else body.get("logprobs"),
+        logprob_token_ids=ids,
         allowed_token_ids=list(body["allowed_token_ids"]) if body.get("allowed_token_ids") else None,
     )
 

@@ -44,9 +44,10 @@ def test_the_engine_is_asked_what_the_classifier_asks_a_server() -> None:
     body = {"model": "q", "prompt": [[1, 2]], "max_tokens": 1, "temperature": 0.0, "stream": False,
             "return_tokens_as_token_ids": True, "logprobs": 1, "logprob_token_ids": [11, 12, 13, 14]}  # fmt: skip
     sampling = sampling_from_body(body)
-    assert sampling == CeilingSampling(max_tokens=1, temperature=0.0, logprobs=1, logprob_token_ids=[11, 12, 13, 14])
+    # vLLM's SamplingParams wants a logprob for each asked-for token (its server maps top-k 1)
+    assert sampling == CeilingSampling(max_tokens=1, temperature=0.0, logprobs=4, logprob_token_ids=[11, 12, 13, 14])
     assert sampling.params() == {
-        "max_tokens": 1, "temperature": 0.0, "logprobs": 1, "logprob_token_ids": [11, 12, 13, 14], "detokenize": False,
+        "max_tokens": 1, "temperature": 0.0, "logprobs": 4, "logprob_token_ids": [11, 12, 13, 14], "detokenize": False,
     }  # fmt: skip
     assert sampling.label_tokens == [11, 12, 13, 14]
 
