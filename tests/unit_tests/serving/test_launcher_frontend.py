@@ -1,6 +1,7 @@
 """The command line for each of vLLM's HTTP frontends, both through ``vllm serve``: the Python API
 server, and the Rust frontend with its switch and the profile's flags fitted to it; a missing binary said
-before anything starts; the option as ``serve``, ``ServerGroup`` and ``bench-scale`` take it."""
+before anything starts; the option as ``serve`` and ``ServerGroup`` take it (the scale benchmark's own
+tests, tests/unit_tests/benchmarks/test_scale.py, cover its ``--frontend``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from langchain_qwen_fast.cli import bench_scale, serve
+from langchain_qwen_fast.cli import serve
 from langchain_qwen_fast.errors import ConfigurationError, ServerStartError
 from langchain_qwen_fast.serving import PROFILES, SKIP_TOKENIZER, ServerGroup, VLLMServer, launcher
 from tests.support.cli import parse_command
@@ -126,6 +127,7 @@ def test_the_rust_frontend_starts_with_its_switch_and_names_the_flags_it_ignores
         return subprocess.Popen([sys.executable, "-c", "pass"])
 
     monkeypatch.setattr(launcher, "spawn_in_own_group", spawn)
+    monkeypatch.setattr(launcher, "refuse_answering_port", lambda *a, **k: None)  # this layer has no network
     server = VLLMServer("m", profile="cpu", frontend="rust", port=1, log_path=tmp_path / "l")
     with caplog.at_level(logging.WARNING, logger=launcher.__name__):
         server.spawn()
@@ -161,9 +163,3 @@ def test_serve_says_which_flag_the_rust_frontend_refuses(capsys: pytest.CaptureF
     argv = ["--model", "m", "--frontend", "rust", "--print-command", "--", SKIP_TOKENIZER]
     assert serve.run(parse_command(serve, argv)) == 2
     assert "refuses --skip-tokenizer-init" in capsys.readouterr().err
-
-
-def test_bench_scale_takes_the_frontend() -> None:
-    options = bench_scale.scale_options(parse_command(bench_scale, ["--model", "m", "--frontend", "rust"]))
-    assert options.frontend == "rust"
-    assert bench_scale.scale_options(parse_command(bench_scale, ["--model", "m"])).frontend == "python"
