@@ -18,7 +18,7 @@ from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.engine import Engine, EngineSettings, Part, arun_parts, run_parts
 from langchain_qwen_fast._core.labels import label_names, label_sets, thresholds
 from langchain_qwen_fast._core.procedure import Rules
-from langchain_qwen_fast._core.prompting import ClassifierPlan
+from langchain_qwen_fast._core.prompting import ClassifierPlan, Layout
 from langchain_qwen_fast._runs import (
     abatch_with_runs,
     awith_run,
@@ -73,6 +73,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """Optional description per label, shown to the model next to the label."""
     instructions: str | None = None
     """Replaces the default instruction sentence at the top of the prompt."""
+    prompt_layout: Layout = "chat"
+    """``chat``: Qwen3's chat format, for any chat model. ``compact``: fewer tokens a text, for
+    a model trained in it (``qwen-fast train --prompt-layout compact``; docs/capabilities.md)."""
     multi_label: bool = False
     """Several labels may apply: each label gets an independent probability (a yes/no step per
     label, or a sigmoid head) and ``Classification.labels`` holds those over ``threshold``."""
@@ -141,6 +144,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     _engine: Engine = PrivateAttr()
+    _examples: ExampleSelection | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -177,12 +181,14 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                 f"client_processes={self.client_processes} classifies in other processes, where "
                 "example_selector cannot go; use one or the other"
             )
+        self._examples = ExampleSelection(self.example_selector) if self.example_selector is not None else None
         sets = label_sets(
             self.labels,
             descriptions=self.label_descriptions or {},
             instructions=self.instructions,
             multi_label=self.multi_label,
             examples=self.examples or [],
+            layout=self.prompt_layout,
         )
         rules = Rules(self.abstain_below, self.temperature, thresholds(self.threshold, self.label_names))
         fields = self.model_dump(include=_ENGINE_FIELDS)
@@ -201,8 +207,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
 
     @property
     def engine(self) -> Engine:
-        """The engine that does the work (no LangChain): the HTTP service and the jobs call
-        it directly."""
+        """The engine that does the work (no LangChain), as the HTTP service and jobs use it."""
         return self._engine
 
     @property
@@ -224,14 +229,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     def from_chat_model(cls, chat: ChatQwenFast, labels: Sequence[str], **kwargs: Any) -> QwenClassifier:
         """A classifier on ``chat``'s server, model, key, timeout and retry settings."""
         timeout = chat.request_timeout if isinstance(chat.request_timeout, (int, float)) else None
-        settings: dict[str, Any] = {
-            "base_url": chat.openai_api_base,
-            "model": chat.model_name,
-            "api_key": chat.openai_api_key,
-            "max_retries": 3 if chat.max_retries is None else chat.max_retries,
-            "retry_deadline": chat.retry_deadline,
-            **({"timeout": float(timeout)} if timeout else {}),
-        }
+        retries = 3 if chat.max_retries is None else chat.max_retries
+        settings: dict[str, Any] = {"base_url": chat.openai_api_base, "model": chat.model_name}
+        settings |= {"api_key": chat.openai_api_key}
+        settings |= {"max_retries": retries, "retry_deadline": chat.retry_deadline}
+        settings |= {"timeout": float(timeout)} if timeout else {}
         return cls(labels=list(labels), **{**settings, **kwargs})
 
     # -- save and load -----------------------------------------------------------------------
@@ -285,10 +287,6 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         if isinstance(examples, Exception):
             return [examples] * len(inputs)
         return await self._engine.aclassify(inputs, examples=examples, **sizes_for(config, part))
-
-    @property
-    def _examples(self) -> ExampleSelection | None:
-        return ExampleSelection(self.example_selector) if self.example_selector is not None else None
 
     # -- Runnable interface ----------------------------------------------------------
     def invoke(self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any) -> Classification:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_qwen_fast._core.procedure import Node
-from langchain_qwen_fast._core.prompting import LabelSet
+from langchain_qwen_fast._core.prompting import LabelSet, Layout
 from langchain_qwen_fast.errors import ConfigurationError
 
 #: Labels: a list, or a hierarchy such as ``{"Sports": ["Football", "Tennis"], "Business": None}``.
@@ -31,6 +31,7 @@ def label_sets(
     instructions: str | None,
     multi_label: bool,
     examples: Sequence[tuple[str, Any]],
+    layout: Layout = "chat",
 ) -> dict[Node, LabelSet]:
     """The label set of each node of the hierarchy (only the top one for flat labels); the
     examples belong to the top level."""
@@ -51,6 +52,7 @@ def label_sets(
             instructions,
             multi_label=multi_label,
             examples=[] if node else list(examples),
+            layout=layout,
         )
         if isinstance(level, Mapping):
             for label, children in level.items():

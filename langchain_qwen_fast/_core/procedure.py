@@ -21,7 +21,6 @@ from langchain_qwen_fast._core import vllm_api
 from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.classification import Classification, text_of
 from langchain_qwen_fast._core.prompting import (
-    PROMPT_SUFFIX,
     ClassifierPlan,
     LabelSet,
     Prediction,
@@ -169,6 +168,9 @@ class Procedure:
         return plan.with_tokenizer(self.tokenizer).encode(["probe"], step)[0]
 
     def _generate_plan_steps(self, labels: LabelSet, max_model_len: int, lists: _Lists) -> Steps[ClassifierPlan]:
+        if labels.layout == "compact":  # its head padded to whole cache blocks
+            head_tokens = yield from self._tokenize([labels.unpadded_head()])
+            labels = labels.padded(len(head_tokens[0]))
         scoring: Any
         paths: tuple[tuple[int, ...], ...] = ()
         text_prompts_work = True
@@ -179,7 +181,7 @@ class Procedure:
         else:
             *label_tokens, end = yield from self._tokenize([*labels.labels, "<|im_end|>"])
             end_token = end[0]
-            scoring, steps, paths = plan_steps(label_tokens, end_token)
+            scoring, steps, paths = plan_steps(label_tokens, end_token, labels.answer_suffix)
             if scoring == "label_sequences":
                 with_text = yield from self._path_texts(steps)
                 text_prompts_work = with_text is not None  # each label prefix survives a round trip as text
@@ -522,7 +524,7 @@ def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
     return dataclasses.replace(
         plan,
         scoring="constrained_choice",
-        steps=(Step(PROMPT_SUFFIX),),
+        steps=(Step(plan.label_set.answer_suffix),),
         max_tokens=constrained_choice_max_tokens(plan.label_set),
         has_logprob_token_ids=False,
     )

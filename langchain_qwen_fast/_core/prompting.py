@@ -13,6 +13,16 @@ server only tokenises it (or, with a client-side tokenizer, receives token ids):
 The fixed head comes first and the text after it, so vLLM's prefix cache reuses the head across
 every request, and a text's body across its steps.
 
+That is the ``chat`` layout, the one an untrained chat model understands. A model trained for
+the task (``qwen-fast train``) can take the ``compact`` layout, which asks the same question in
+fewer tokens a text, all of them after the text computed for every text:
+
+    head                 instructions, labels[, examples], padded with ``<|endoftext|>`` to
+                         whole prefix-cache blocks (so no shared token is computed again)
+    [selected examples]  as in the head
+    body                 the text
+    tail                 ``<|im_end|>`` (+ a multi-label question, or the label tokens given)
+
 Scoring, chosen once per classifier from the labels' tokens:
 
 * ``label_tokens``: every label starts with a distinct token. One decode step, limited to those
@@ -41,9 +51,18 @@ from langchain_qwen_fast.errors import ConfigurationError, ContextLengthError, R
 
 #: How a label is read from the server (see above).
 Scoring = Literal["label_tokens", "label_sequences", "yes_no", "constrained_choice", "head"]
+#: How a prompt is laid out (see above): ``chat`` for any chat model, ``compact`` for a model
+#: trained in it.
+Layout = Literal["chat", "compact"]
+LAYOUTS: tuple[Layout, ...] = ("chat", "compact")
+#: Tokens in one of vLLM's prefix-cache blocks (its default block size): a compact head is
+#: padded to a whole number of them.
+CACHE_BLOCK_TOKENS = 16
 
 DEFAULT_INSTRUCTIONS = "Classify the text. Answer with one label only."
 DEFAULT_MULTI_LABEL_INSTRUCTIONS = "Decide which of the labels apply to the text. Answer each question with yes or no."
+DEFAULT_COMPACT_INSTRUCTIONS = "Label the text."
+DEFAULT_COMPACT_MULTI_LABEL_INSTRUCTIONS = "Does each label apply? yes or no."
 
 # Tokenisation at a boundary between prompt parts can differ by a token from the parts
 # counted apart; keep this much room when a text's tokens are counted on their own.
@@ -57,6 +76,11 @@ _TURN_END = "<|im_end|>\n"
 USER_OPEN = "<|im_start|>user\n"
 #: Closes the user turn and opens the assistant's with an empty think block (thinking off).
 PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+#: The compact layout's end of a text: one special token, which no text can spell and which
+#: splits the tokenisation on both sides.
+COMPACT_SUFFIX = "<|im_end|>"
+#: What pads a compact head: a special token, so the head's own tokens never change with it.
+COMPACT_PAD = "<|endoftext|>"
 
 # Text that spells a Qwen control token (<|im_start|>, </think>, <tool_call>, ...) would be
 # read as that token by the server and could forge a turn. A word joiner after "<" keeps the
@@ -92,6 +116,9 @@ class LabelSet:
     multi_label: bool = False
     #: (text, labels) pairs; one label each unless multi-label
     examples: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    layout: Layout = "chat"
+    #: compact layout: pad tokens that end the head (at least one; see :meth:`padded`)
+    head_padding: int = 0
 
     @classmethod
     def build(
@@ -102,9 +129,12 @@ class LabelSet:
         *,
         multi_label: bool = False,
         examples: Sequence[Example] = (),
+        layout: Layout = "chat",
     ) -> LabelSet:
         """Validate labels (at least two, distinct, non-empty, no surrounding whitespace),
         descriptions (of known labels) and examples (texts with known labels)."""
+        if layout not in LAYOUTS:
+            raise ConfigurationError(f"prompt_layout must be one of {list(LAYOUTS)}, got {layout!r}")
         labels = tuple(labels)
         if len(labels) < 2:
             raise ConfigurationError(f"need at least two labels, got {list(labels)!r}")
@@ -120,17 +150,60 @@ class LabelSet:
         unknown = sorted(set(descriptions) - set(labels))
         if unknown:
             raise ConfigurationError(f"descriptions given for unknown labels: {unknown}")
-        default = DEFAULT_MULTI_LABEL_INSTRUCTIONS if multi_label else DEFAULT_INSTRUCTIONS
+        if layout == "compact":
+            for label in labels:
+                # The compact head lists the labels on one line, and a label is the answer
+                # itself: neither may break the line or spell a control token.
+                if "\n" in label or neutralize_control_tokens(label) != label:
+                    raise ConfigurationError(
+                        f"label {label!r} cannot be served in the compact layout (a line break or a "
+                        "control token); use prompt_layout='chat' or rename the label"
+                    )
+            default = DEFAULT_COMPACT_MULTI_LABEL_INSTRUCTIONS if multi_label else DEFAULT_COMPACT_INSTRUCTIONS
+        else:
+            default = DEFAULT_MULTI_LABEL_INSTRUCTIONS if multi_label else DEFAULT_INSTRUCTIONS
         return cls(
             labels,
             descriptions,
             (instructions or default).strip(),
             multi_label,
             tuple(check_example(e, labels, multi_label) for e in examples),
+            layout,
         )
 
+    def padded(self, head_tokens: int) -> LabelSet:
+        """This label set with its compact head padded to whole cache blocks, given how many
+        tokens the unpadded head (:meth:`render_head` with ``head_padding`` 0) takes. At least
+        one pad token always ends it, so the text after it tokenises as it would alone. A
+        chat head is left as it is: an untrained model reads every token of it."""
+        if self.layout != "compact":
+            return self
+        return dataclasses.replace(self, head_padding=1 + (-(head_tokens + 1)) % CACHE_BLOCK_TOKENS)
+
+    def unpadded_head(self) -> str:
+        """:meth:`render_head` without padding (what :meth:`padded` counts)."""
+        return dataclasses.replace(self, head_padding=0).render_head()
+
+    @property
+    def answer_suffix(self) -> str:
+        """What follows the text and asks for its label."""
+        return COMPACT_SUFFIX if self.layout == "compact" else PROMPT_SUFFIX
+
+    @property
+    def body_open(self) -> str:
+        """What opens a text's part of the prompt."""
+        return "" if self.layout == "compact" else USER_OPEN
+
     def render_head(self) -> str:
-        """The fixed start of every prompt: the system turn, then the example turns."""
+        """The fixed start of every prompt: the system turn, then the example turns (compact:
+        the instructions, the labels, the examples and the padding)."""
+        if self.layout == "compact":
+            labels = [self._describe(label) for label in self.labels]
+            return (
+                f"{self.instructions}\nLabels: {', '.join(labels)}\n"
+                + self.render_examples(self.examples)
+                + COMPACT_PAD * self.head_padding
+            )
         lines = [self.instructions]
         if self.descriptions:
             lines += ["Labels:", *(f"- {self._describe(label)}" for label in self.labels)]
@@ -143,6 +216,11 @@ class LabelSet:
         answering its label; multi-label, one user turn listing each text with its labels."""
         if not examples:
             return ""
+        if self.layout == "compact":  # each as the prompt that asks it, then its answer
+            return "".join(
+                f"{neutralize_control_tokens(text)}{COMPACT_SUFFIX}{', '.join(labels) or 'none'}\n"
+                for text, labels in examples
+            )
         if self.multi_label:
             lines = ["Examples:"]
             for text, labels in examples:
@@ -160,6 +238,8 @@ class LabelSet:
         step computes only its tail, once per label, and every token left out of the question
         is a token less for each label of each text (docs/performance.md compares it with a
         longer wording)."""
+        if self.layout == "compact":
+            return f"{COMPACT_SUFFIX}{label}?"
         return f"{_TURN_END}{USER_OPEN}Does {label!r} apply?{PROMPT_SUFFIX}"
 
     def _describe(self, label: str) -> str:
@@ -306,7 +386,7 @@ class ClassifierPlan:
         opening and the (defused) text. A head model reads the bare text."""
         if self.scoring == "head":
             return neutralize_control_tokens(text)
-        return examples + USER_OPEN + neutralize_control_tokens(text)
+        return examples + self.label_set.body_open + neutralize_control_tokens(text)
 
     def render(self, text: str, step: int = 0, examples: str = "") -> str:
         """The full text prompt of ``text`` for ``step``."""
@@ -389,21 +469,21 @@ def yes_no_steps(labels: LabelSet, yes_no: Sequence[Sequence[int]], where: str) 
 
 
 def plan_steps(
-    label_tokens: Sequence[Sequence[int]], end_token: int
+    label_tokens: Sequence[Sequence[int]], end_token: int, suffix: str = PROMPT_SUFFIX
 ) -> tuple[Scoring, tuple[Step, ...], tuple[tuple[int, ...], ...]]:
     """A single-label set's scoring and steps from each label's tokenisation.
 
     Distinct first tokens: one step over them. Otherwise one step per node of the labels'
     token trie (``Step.path`` holds the node; the caller fills in ``path_text``); a label that
-    other labels continue may also end at its node, with ``end_token``. Also returns the
-    label paths.
+    other labels continue may also end at its node, with ``end_token``. Each step's tail is
+    ``suffix`` (the label set's :attr:`LabelSet.answer_suffix`). Also returns the label paths.
     """
     paths = tuple(tuple(tokens) for tokens in label_tokens)
     if any(not p for p in paths):
         raise ConfigurationError("every label must tokenise to at least one token")
     firsts = tuple(p[0] for p in paths)
     if len(set(firsts)) == len(firsts):
-        return "label_tokens", (Step(PROMPT_SUFFIX, firsts),), paths
+        return "label_tokens", (Step(suffix, firsts),), paths
     if len(set(paths)) != len(paths):
         raise ConfigurationError("two labels tokenise identically")
     children: dict[tuple[int, ...], set[int]] = {}
@@ -413,7 +493,7 @@ def plan_steps(
     for path in paths:
         if path in children:
             children[path].add(end_token)
-    steps = tuple(Step(PROMPT_SUFFIX, tuple(sorted(c)), node) for node, c in sorted(children.items()))
+    steps = tuple(Step(suffix, tuple(sorted(c)), node) for node, c in sorted(children.items()))
     return "label_sequences", steps, paths
 
 
@@ -423,9 +503,11 @@ def local_plan(label_set: LabelSet, tokenizer: Any, max_model_len: int = 4096) -
     prompt, label tokens and steps the classifier learns from a server of that tokenizer."""
     if label_set.multi_label:
         raise ConfigurationError("local plans are single-label")
-    encoded = tokenizer.encode_batch([*label_set.labels, "<|im_end|>"], add_special_tokens=False)
-    *label_tokens, end = (e.ids for e in encoded)
-    scoring, steps, paths = plan_steps(label_tokens, end[0])
+    parts = [*label_set.labels, "<|im_end|>", label_set.unpadded_head()]
+    encoded = tokenizer.encode_batch(parts, add_special_tokens=False)
+    *label_tokens, end, head = (e.ids for e in encoded)
+    label_set = label_set.padded(len(head))
+    scoring, steps, paths = plan_steps(label_tokens, end[0], label_set.answer_suffix)
     if scoring == "label_sequences":
         steps = tuple(dataclasses.replace(s, path_text=tokenizer.decode(list(s.path))) for s in steps)
     plan = ClassifierPlan.generate(label_set, scoring, steps, 0, max_model_len, label_paths=paths, end_token=end[0])

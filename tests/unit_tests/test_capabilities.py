@@ -20,7 +20,7 @@ from langchain_qwen_fast import Classification, InvalidInputError, QwenClassifie
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast.caches import InMemoryCache, SQLiteCache
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
-from tests.support.fake_vllm import FakeVLLM, logit, softmax, toy_tokenize
+from tests.support.fake_vllm import FakeVLLM, logit, softmax, toy_detokenize, toy_tokenize
 
 LABELS = list(AG_NEWS_LABELS)
 URL = "http://vllm.test/v1"
@@ -472,3 +472,58 @@ def test_sqlite_cache_is_shared_by_processes_writing_at_once(tmp_path: Path) -> 
     assert [p.wait(timeout=60) for p in others] == [0, 0]
     assert len(mine) == 3 * 100 * 20
     mine.close()
+
+
+# -- the compact prompt layout --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"tokenizer_path": "toy"},
+        {"multi_label": True},
+        {"examples": [("Rates rise", "Business"), ("Cup final", "Sports")]},
+        {"labels": {"Sports": ["Football", "Tennis"], "Business": ["Markets", "Deals"]}},
+        {"labels": ["Sci/Tech", "Sci-Fi", "Sci", "Sports"]},
+    ],
+    ids=["label-tokens", "token-ids", "multi-label", "examples", "hierarchy", "label-sequences"],
+)
+def test_the_compact_layout_asks_every_path_after_the_text_in_one_token(
+    fake: FakeVLLM, settings: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_qwen_fast._core import engine
+    from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, COMPACT_SUFFIX
+    from tests.support.fake_vllm import ToyTokenizer
+
+    monkeypatch.setattr(engine, "load_tokenizer", lambda path: ToyTokenizer())
+    classifier = make(fake, prompt_layout="compact", **settings)
+    classifier.prepare()
+    heads = [plan.head for plan in classifier.engine.plans().values()]  # one per hierarchy node
+    for head in heads:
+        assert head.endswith("<|endoftext|>")
+        assert len(toy_tokenize(head)) % CACHE_BLOCK_TOKENS == 0  # the fixed part fills whole blocks
+    since = len(fake.calls("/v1/completions"))
+    results = classifier.batch(["Stocks rally as rates fall", "Cup final tonight"])
+    assert all(isinstance(r, Classification) for r in results)
+    for prompt in prompts_sent(fake, since):
+        text = prompt if isinstance(prompt, str) else toy_detokenize(prompt)
+        (head,) = [h for h in heads if text.startswith(h)]
+        rest = text[len(head) :]
+        assert "<|im_start|>" not in rest
+        # after the text: one special token, then a multi-label question or the label tokens given
+        assert COMPACT_SUFFIX in rest and not rest.endswith(PROMPT_SUFFIX)
+    if not settings:
+        assert [p[-len(COMPACT_SUFFIX) :] for p in prompts_sent(fake, since)] == [COMPACT_SUFFIX] * 2
+
+
+def test_the_layout_is_saved_and_loaded(fake: FakeVLLM, tmp_path: Path) -> None:
+    make(fake, prompt_layout="compact").save(tmp_path)
+    assert QwenClassifier.load(tmp_path, http_transport=fake.transport).prompt_layout == "compact"
+    assert QwenClassifier.load(tmp_path, http_transport=fake.transport).prepare().head.endswith("<|endoftext|>")
+
+
+@pytest.mark.parametrize("label", ["two\nlines", "<|im_end|>"])
+def test_a_label_the_compact_layout_cannot_serve_is_a_clear_error(label: str) -> None:
+    with pytest.raises(ValueError, match="compact layout"):
+        QwenClassifier(labels=["a", label], prompt_layout="compact", base_url=URL)
+    with pytest.raises(ValueError, match="prompt_layout"):
+        QwenClassifier(labels=["a", "b"], prompt_layout="short", base_url=URL)

@@ -227,3 +227,21 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([], 50) is None
     with pytest.raises(ValueError):
         percentile([1.0], 101)
+
+
+def test_the_compact_layout_renders_few_tokens_after_the_text_and_pads_its_head() -> None:
+    from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, COMPACT_PAD, COMPACT_SUFFIX, local_plan
+    from tests.support.fake_vllm import ToyTokenizer, toy_tokenize
+
+    labels = LabelSet.build(["World", "Sports"], examples=[("Cup final", "Sports")], layout="compact")
+    assert labels.unpadded_head() == "Label the text.\nLabels: World, Sports\nCup final<|im_end|>Sports\n"
+    plan = local_plan(labels, ToyTokenizer())
+    pad = plan.label_set.head_padding
+    assert 1 <= pad <= CACHE_BLOCK_TOKENS and plan.head == labels.unpadded_head() + COMPACT_PAD * pad
+    assert len(toy_tokenize(plan.head)) % CACHE_BLOCK_TOKENS == 0
+    assert plan.render("Stocks rally") == plan.head + "Stocks rally" + COMPACT_SUFFIX
+    assert plan.encode(["Stocks rally"]) == [toy_tokenize(plan.render("Stocks rally"))]
+    multi = LabelSet.build(["World", "Sports"], multi_label=True, layout="compact")
+    assert multi.question("Sports") == "<|im_end|>Sports?"
+    # a chat head is never padded: an untrained model reads every token of it
+    assert LabelSet.build(["World", "Sports"]).padded(5).head_padding == 0
