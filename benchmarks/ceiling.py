@@ -181,43 +181,71 @@ def measure_ceiling(
     """The ceiling of one engine a spec over ``prompts`` (dealt among them), each engine first
     answering ``warm_ups``; every engine's process stopped at the end. ``timeout``: seconds for
     the slowest engine to start and answer its share."""
+    work = CeilingWork(prompts=list(prompts), warm_ups=list(warm_ups), sampling=sampling)
+    return measure_ceilings(specs, [work], timeout)[0]
+
+
+def measure_ceilings(
+    specs: Sequence[EngineSpec], works: Sequence[CeilingWork], timeout: float = 1800.0
+) -> list[Ceiling]:
+    """One ceiling for each of ``works``, one after the other on the same engines (started
+    once: an engine's start costs far more than its answers): each work's prompts dealt
+    among the engines, warmed, then all engines released together."""
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: vLLM and CUDA start clean
     barrier = context.Barrier(len(specs))
     results: Any = context.Queue()
-    shares = split_among(prompts, len(specs))
-    request = "logprob_token_ids" if sampling.logprob_token_ids else "allowed_token_ids"
-    ceiling = Ceiling(engines=len(specs), items=len(prompts), request=request)
+    shares = [
+        [(share, list(work.warm_ups), work.sampling) for share in split_among(work.prompts, len(specs))]
+        for work in works
+    ]
+    ceilings_found = [
+        Ceiling(
+            engines=len(specs),
+            items=len(work.prompts),
+            request="logprob_token_ids" if work.sampling and work.sampling.logprob_token_ids else "allowed_token_ids",
+        )
+        for work in works
+    ]
     processes = [
         context.Process(
-            target=run_engine, args=(k, spec, share, list(warm_ups), sampling, barrier, results, timeout), daemon=False
+            target=run_engine,
+            args=(k, spec, [per_work[k] for per_work in shares], barrier, results, timeout),
+            daemon=False,
         )
-        for k, (spec, share) in enumerate(zip(specs, shares, strict=True))
+        for k, spec in enumerate(specs)
     ]
     for process in processes:
         process.start()
     deadline = time.monotonic() + timeout
+    answered = 0
+    error = None
     try:
-        while len(ceiling.runs) < len(processes):
+        while answered < len(processes):
             try:
-                ceiling.runs.append(results.get(timeout=max(1.0, deadline - time.monotonic())))
+                runs = results.get(timeout=max(1.0, deadline - time.monotonic()))
             except queue.Empty:
-                ceiling.error = f"{len(processes) - len(ceiling.runs)} engines gave no answer within {timeout:.0f} s"
+                error = f"{len(processes) - answered} engines gave no answer within {timeout:.0f} s"
                 break
+            answered += 1
+            for ceiling, run in zip(ceilings_found, runs):
+                ceiling.runs.append(run)
     finally:
         for process in processes:
             process.join(60)
             if process.is_alive():
                 process.terminate()
                 process.join(30)
-    ceiling.runs.sort(key=lambda r: r.index)
-    failed = [f"engine {r.index}: {r.error}" for r in ceiling.runs if r.error]
-    if failed:
-        ceiling.error = "; ".join(failed)
-    if ceiling.error is None:
-        ceiling.seconds = round(max(r.finished for r in ceiling.runs) - min(r.started for r in ceiling.runs), 3)
-        ceiling.per_s = round(len(prompts) / ceiling.seconds, 1)
-        ceiling.answered = sum(r.answered for r in ceiling.runs)
-    return ceiling
+    for ceiling in ceilings_found:
+        ceiling.runs.sort(key=lambda r: r.index)
+        failed = [f"engine {r.index}: {r.error}" for r in ceiling.runs if r.error]
+        ceiling.error = "; ".join(failed) or error
+        if len(ceiling.runs) < len(specs) and ceiling.error is None:
+            ceiling.error = "an engine stopped before this work"
+        if ceiling.error is None:
+            ceiling.seconds = round(max(r.finished for r in ceiling.runs) - min(r.started for r in ceiling.runs), 3)
+            ceiling.per_s = round(ceiling.items / ceiling.seconds, 1)
+            ceiling.answered = sum(r.answered for r in ceiling.runs)
+    return ceilings_found
 
 
 @dataclass
@@ -317,17 +345,16 @@ def _ids(tokenizer: Any, prompt: Prompt) -> list[int]:
 def run_engine(
     index: int,
     spec: EngineSpec,
-    prompts: list[Prompt],
-    warm_ups: list[Prompt],
-    sampling: CeilingSampling,
+    works: list[tuple[list[Prompt], list[Prompt], CeilingSampling]],
     barrier: Any,
     results: Any,
     timeout: float,
 ) -> None:
-    """One engine's process: start it as its server was, warm it, wait for the others, answer
-    its share, put its :class:`EngineRun` on ``results``. A failure aborts the barrier, so no
-    other engine waits for this one."""
-    run = EngineRun(index=index, prompts=len(prompts))
+    """One engine's process: start it as its server was; then for each work (its share of the
+    prompts, warm-up prompts, sampling) warm it, wait for the others, answer its share; put the
+    list of its :class:`EngineRun` on ``results``. A failure aborts the barrier, so no other
+    engine waits for this one."""
+    runs: list[EngineRun] = []
     try:
         os.environ.update(spec.env)  # before vLLM (and CUDA) are imported
         from vllm import LLM, SamplingParams
@@ -336,27 +363,33 @@ def run_engine(
         llm = LLM(model=spec.model, **_engine_settings(spec.model, spec.flags))
         # Text prompts are tokenised here, before the clock starts (a server started without a
         # tokenizer is given token ids only).
-        tokenizer = llm.get_tokenizer() if any(isinstance(p, str) for p in (*prompts, *warm_ups)) else None
+        texts = any(isinstance(p, str) for prompts, warm_ups, _ in works for p in (*prompts, *warm_ups))
+        tokenizer = llm.get_tokenizer() if texts else None
 
         def as_ids(batch: list[Prompt]) -> list[Any]:
             return [TokensPrompt(prompt_token_ids=_ids(tokenizer, p)) for p in batch]
 
-        params = SamplingParams(**sampling.params())
-        timed, warm = as_ids(prompts), as_ids(warm_ups)
-        if warm:
-            llm.generate(warm, params, use_tqdm=False)
-        barrier.wait(timeout)
-        cpu, run.started = time.process_time(), time.time()
-        answers = llm.generate(timed, params, use_tqdm=False) if timed else []
-        run.finished, run.cpu_seconds = time.time(), time.process_time() - cpu
-        labels = set(sampling.label_tokens)
-        run.answered = sum(
-            1 for a in answers if a.outputs and a.outputs[0].logprobs and labels <= set(a.outputs[0].logprobs[0])
-        )
+        for prompts, warm_ups, sampling in works:
+            run = EngineRun(index=index, prompts=len(prompts))
+            runs.append(run)
+            params = SamplingParams(**sampling.params())
+            timed, warm = as_ids(prompts), as_ids(warm_ups)
+            if warm:
+                llm.generate(warm, params, use_tqdm=False)
+            barrier.wait(timeout)
+            cpu, run.started = time.process_time(), time.time()
+            answers = llm.generate(timed, params, use_tqdm=False) if timed else []
+            run.finished, run.cpu_seconds = time.time(), time.process_time() - cpu
+            labels = set(sampling.label_tokens)
+            run.answered = sum(
+                1 for a in answers if a.outputs and a.outputs[0].logprobs and labels <= set(a.outputs[0].logprobs[0])
+            )
     except BaseException as exc:  # reported, never raised: the parent waits on every engine's answer
         barrier.abort()
-        run.error = f"{type(exc).__name__}: {str(exc)[-1500:]}"
-    results.put(run)
+        if not runs or runs[-1].error is not None:
+            runs.append(EngineRun(index=index))
+        runs[-1].error = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+    results.put(runs)
 
 
 __all__ = [
@@ -372,6 +405,7 @@ __all__ = [
     "fraction_of_ceiling",
     "known_flags",
     "measure_ceiling",
+    "measure_ceilings",
     "run_engine",
     "sampling_from_body",
     "split_among",

@@ -1,0 +1,30 @@
+"""The prompt-layouts benchmark's pure parts: tokens a text, the text sets, the fractions."""
+
+from __future__ import annotations
+
+from benchmarks.ceiling import Ceiling
+from benchmarks.prompt_layouts import Cell, LayoutsReport, Tokens, short_items, tokens_of, with_fractions
+from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, LabelSet, local_plan
+from langchain_qwen_fast.bench.report import header
+from tests.support.fake_vllm import ToyTokenizer
+
+
+def test_a_compact_prompt_computes_only_the_text_and_one_token_past_its_cached_head() -> None:
+    texts = short_items(20)
+    assert len(set(texts)) == 20 and short_items(3, 5) == short_items(8)[5:]
+    chat = tokens_of(local_plan(LabelSet.build(["World", "Sports"]), ToyTokenizer()), texts)
+    compact = tokens_of(local_plan(LabelSet.build(["World", "Sports"], layout="compact"), ToyTokenizer()), texts)
+    assert compact.shared % CACHE_BLOCK_TOKENS == 0
+    assert compact.computed_mean == compact.prompt_mean - compact.shared
+    assert compact.computed_mean < chat.computed_mean
+
+
+def test_every_rate_is_given_over_its_own_ceiling_and_the_chat_layouts() -> None:
+    tokens = Tokens(prompt_mean=1, shared=0, computed_mean=1)
+    chat = Cell("short", "chat", tokens, 500.0, 800.0, Ceiling(engines=1, items=1, per_s=1000.0))
+    compact = Cell("short", "compact", tokens, 600.0, 1100.0, Ceiling(engines=1, items=1, per_s=1250.0))
+    report = LayoutsReport(header=header("t"), cells=[chat, compact])
+    with_fractions(report)
+    assert chat.over_own_ceiling == {"defaults": 0.5, "client_processes": 0.8, "ceiling": 1.0}
+    assert compact.over_own_ceiling["client_processes"] == 0.88
+    assert compact.over_chat_ceiling == {"defaults": 0.6, "client_processes": 1.1, "ceiling": 1.25}
