@@ -28,13 +28,13 @@ per label, abstained and error. A row that cannot be read or classified for what
 error in the error column, in its place; the job goes on. A text column that no row has is
 refused before anything is sent.
 
-Exit codes: 0 done; 1 refused (options, input, or another run writing the same --out);
-3 stopped by the servers: an error that is not the row's (unreachable, timed out, 429 or 5xx
+Exit codes: 0 done; 1 refused (options, input, or another run writing the same --out); 3
+stopped by the servers: an error that is not the row's (unreachable, timed out, 429 or 5xx
 after the retries, a reply that cannot be read, the set-up failing) is never written as a row's
 result: run the same command again once the server answers and it carries on from the last
-whole chunk; 4 stopped by input errors: by default when all rows of a chunk ({SYSTEMATIC_ROWS} or more) fail
-alike, a systematic error; with --max-error-rate R when more than R of the rows read have input
-errors (1: never). The chunk that stopped the job is not written.
+whole chunk; 4 stopped by input errors: by default when all rows of a chunk ({SYSTEMATIC_ROWS}
+or more) fail alike, a systematic error; with --max-error-rate R when more than R of the rows
+read have input errors (1: never). The chunk that stopped the job is not written.
 
 Rows are read and classified a chunk at a time (--chunk-rows per QwenClassifier.abatch call,
 --chunks-in-flight at once) and written as they finish, so memory does not grow with the

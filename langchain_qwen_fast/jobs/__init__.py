@@ -6,10 +6,11 @@ with every input column kept and the classification's columns added (:mod:`.colu
     report = classify_table(ClassifyOptions("news.csv", "labelled.parquet", labels=("World", "Sports")))
 
 Modules: ``tables`` (CSV, JSONL, Parquet and stdin in and out), ``parts`` (the committed chunks
-a resumed job carries on from), ``job`` (:class:`ClassifyOptions`, :func:`classify_table`),
-``review`` (the review queue in ``qwen-fast train``'s layout), ``summary`` (the report and the
-confidence histogram) and ``ray_data`` (:func:`classify_dataset` on a Ray cluster, the ``ray``
-extra).
+a resumed job carries on from, and the lock that lets one run at a time work on them), ``job``
+(:class:`ClassifyOptions`, :func:`classify_table`, and :class:`~.job.JobStopped` when the
+servers fail or too many rows have input errors), ``review`` (the review queue in ``qwen-fast
+train``'s layout), ``summary`` (the report and the confidence histogram) and ``ray_data``
+(:func:`classify_dataset` on a Ray cluster, the ``ray`` extra).
 """
 
 from __future__ import annotations
