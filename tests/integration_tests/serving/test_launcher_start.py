@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from langchain_qwen_fast.errors import ServerStartError
-from langchain_qwen_fast.serving import VLLMServer, free_port
+from langchain_qwen_fast.serving import VLLMServer, free_port, launcher
 from langchain_qwen_fast.serving.process_group import (
     refuse_answering_port,
     spawn_in_own_group,
@@ -132,6 +132,22 @@ def test_a_port_the_shared_server_answers_on_is_refused(server_url: str, tiny_mo
     assert "serving 'qwen3'" in str(info.value) and "held by pid" in str(info.value)
     assert server.pid is None and not (tmp_path / "server.log").exists()
     assert httpx.get(server_url.removesuffix("/v1") + "/health", timeout=10).status_code == 200
+
+
+def test_a_child_that_cannot_bind_fails_with_its_log_and_is_never_ready(
+    server_url: str, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if the port were taken between the port check and the child's bind: the shared server
+    # answers /health and lists 'qwen3' all along, yet the start fails, with the child's own words.
+    port = urlsplit(server_url).port
+    monkeypatch.setattr(launcher, "refuse_answering_port", lambda *a, **k: None)
+    server = VLLMServer(tiny_model, profile="cpu", port=port, log_path=tmp_path / "server.log", startup_timeout=300)
+    with pytest.raises(
+        ServerStartError, match=rf"exited with code \d+ before it was ready: port {port} was taken"
+    ) as info:
+        server.start()
+    assert "address already in use" in str(info.value).lower()
+    assert server.pid is None
 
 
 def test_a_real_server_on_the_port_is_not_the_childs(server_url: str, tmp_path: Path) -> None:
