@@ -77,7 +77,8 @@ def test_outage_mid_load_every_caller_gets_an_answer_or_a_clear_error(
         if answer.status_code == 200:
             assert body["result"]["label"] in AG_NEWS_LABELS
         else:
-            assert answer.status_code in (502, 504) and body["error"]["type"] in (
+            # 503: the server's own answer passed on (it asked for time)
+            assert answer.status_code in (502, 503, 504) and body["error"]["type"] in (
                 "ServerConnectionError",
                 "ServerStatusError",
                 "ServerTimeoutError",
