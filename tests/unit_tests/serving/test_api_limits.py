@@ -93,6 +93,8 @@ async def test_a_declared_oversize_body_is_refused_unread() -> None:
     assert sent.status == 413 and sent.receives == 0
     assert json.loads(sent.body)["error"]["type"] == "PayloadTooLarge"
     assert sent.response_headers["connection"] == "close"  # the unread body is not read for a next request
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test") as client:
+        assert 'qwen_fast_requests_total{kind="invalid",status="413"} 1.0' in (await client.get("/metrics")).text
 
 
 async def test_a_streamed_body_is_read_only_up_to_the_limit() -> None:
