@@ -66,6 +66,7 @@ _DRIVER_BASE_URL = "http://127.0.0.1:9/v1"
 #: ClassifyOptions fields this path does not do (each with why), refused when set.
 _UNSUPPORTED = {
     "review_out": "the review file is written by `qwen-fast classify` without --ray",
+    "max_error_rate": "the error-rate stop is `qwen-fast classify`'s without --ray",
 }
 
 

@@ -174,6 +174,7 @@ class FaultProxy:
                 with proxy._lock:
                     proxy.requests.append(Recorded(self.command, path, body, dict(self.headers)))
                 fault = proxy._take_fault(path)
+                standing = fault is not None and fault is proxy._standing
                 if fault is not None and fault.kind == "reset":
                     # SO_LINGER 0: close sends RST, the client sees a reset connection.
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -182,7 +183,8 @@ class FaultProxy:
                     return
                 if fault is not None and fault.kind == "stall":
                     end = time.monotonic() + fault.seconds
-                    while time.monotonic() < end and (fault is not proxy._standing or proxy._standing_fault()):
+                    # a standing stall ends early when the standing fault does
+                    while time.monotonic() < end and (not standing or proxy._standing_fault() is fault):
                         time.sleep(0.05)
                 if fault is not None and fault.kind in ("http", "raw"):
                     self._reply(fault.status, fault.body, fault.headers)

@@ -32,7 +32,7 @@ def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.parametrize(
     ("name", "flags"),
     [
-        ("serve", ["--profile", "--api-key", "--served-model-name", "--print-command", "--lora"]),
+        ("serve", ["--profile", "--api-key-file", "--served-model-name", "--print-command", "--lora"]),
         ("eval", ["--label-map", "--mode", "--abstain-below", "--limit", "--calibrate", "--target-accuracy"]),
         ("train", ["--base-model", "--method", "--out", "--lora", "--export", "--resume", "--patience"]),
         ("bench", ["--start-server", "--base-url", "--tokenizer", "--chat-items", "--invoke-items"]),
