@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from langchain_qwen_fast._core.prompting import LAYOUTS
 from langchain_qwen_fast.cli.options import add_labelled_file_arguments, defaults, options_from
 from langchain_qwen_fast.training import LabelledFile, TrainOptions
 from langchain_qwen_fast.training.data import LabelLists, is_multi_label
@@ -16,6 +17,7 @@ Fine-tune Qwen3 for a label set, into a directory vLLM serves as it is.
     qwen-fast train data.csv --base-model Qwen/Qwen3-0.6B --method head --out models/news-head
     qwen-fast train data.csv --base-model Qwen/Qwen3-0.6B --method sft --out models/news-sft
     qwen-fast train data.csv --base-model Qwen/Qwen3-0.6B --method sft --export adapter --out adapters/news
+    qwen-fast train data.csv --base-model Qwen/Qwen3-0.6B --method sft --prompt-layout compact --out models/news
 
 Methods:
 
@@ -44,6 +46,13 @@ per label (binary cross-entropy; vLLM's /classify applies the sigmoid); SFT trai
 classifier's multi-label prompt, a yes/no question per label, answered yes or no. Epochs are
 scored by micro- and macro-F1 at threshold 0.5; each label's threshold is then tuned on the
 validation split (best F1) and saved with multi_label=True in classifier.json.
+
+Prompt layouts (--prompt-layout): chat, Qwen3's chat format, which an untrained chat model
+understands; compact, the fixed part (instructions, labels) padded to whole prefix-cache blocks,
+then the bare text and one special token (multi-label: each label's question), fewer tokens
+computed a text. A model trained in a layout is served in it: the layout is saved with the
+classifier. A head served through /classify reads the bare text and has no layout (compact is
+refused there; --export generate trains the head on the classifier's prompt in either).
 
 The output directory also holds classifier.json (labels in class order, mode, prompt layout)
 and training.json (options, per-epoch history, samples/s), so
@@ -93,6 +102,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="merged weights; a LoRA adapter (sft); or generate (head: served by the generate runner)",
     )
     p.add_argument("--instructions", help="sft: the classifier's instructions (default: its default)")
+    p.add_argument(
+        "--prompt-layout",
+        choices=list(LAYOUTS),
+        help="the classifier's prompt the model is trained on and served with (sft, and head with --export "
+        "generate): chat, Qwen3's chat format; compact, fewer tokens a text, for a model trained in it "
+        "(default: %(default)s)",
+    )
     p.add_argument("--served-model-name", help="the model name in classifier.json (default: qwen3, or the adapter's)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
     p.add_argument("--device", help="cpu or cuda (default: cuda where there is one)")
@@ -110,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         items, labels = options_from(LabelLists, args).read(options_from(LabelledFile, args), args.labels)
         kind = "multi-label " if is_multi_label(items) else ""
-        print(f"training {options.method} on {len(items)} {kind}items, labels {labels}", flush=True)
+        layout = f", {options.prompt_layout} prompt layout" if options.reads_prompt else ""
+        print(f"training {options.method} on {len(items)} {kind}items, labels {labels}{layout}", flush=True)
         report = train(items, labels, options)
     except (ConfigurationError, DataFileError) as exc:
         print(f"qwen-fast train: {exc}", file=sys.stderr)

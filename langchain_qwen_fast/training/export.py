@@ -1,8 +1,9 @@
 """What a training run leaves in its output directory: what vLLM serves as it is (merged
 weights, a LoRA adapter, or a head written into a causal LM for the generate runner), the base
 model's tokenizer files and chat template, and the classifier's configuration
-(``classifier.json``), so that ``QwenClassifier.load(DIR, base_url=...)`` needs no hand mapping;
-a multi-label one carries ``multi_label=True`` and the tuned threshold of each label."""
+(``classifier.json``), so that ``QwenClassifier.load(DIR, base_url=...)`` needs no hand mapping:
+it sends the prompt layout the model was trained on, and a multi-label one carries
+``multi_label=True`` and the tuned threshold of each label."""
 
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ def export(
         mode="head" if options.method == "head" and options.export != "generate" else "generate",
         instructions=options.instructions,
         label_descriptions=options.label_descriptions,
+        prompt_layout=options.prompt_layout,
         model=name,
         multi_label=task.multi_label,
         threshold=dict(thresholds) if task.multi_label and thresholds else 0.5,

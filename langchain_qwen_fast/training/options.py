@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from langchain_qwen_fast._core.prompting import LAYOUTS, Layout
 from langchain_qwen_fast.errors import ConfigurationError
 
 Method = Literal["head", "sft"]
@@ -50,6 +51,10 @@ class TrainOptions:
     #: served by vLLM's generate runner as a generate-mode model
     export: Export = "merged"
     instructions: str | None = None
+    #: the layout of the classifier's prompt that the model is trained on and the saved
+    #: classifier sends (``chat`` or ``compact``); only a model that reads a prompt has one
+    #: (:attr:`reads_prompt`)
+    prompt_layout: Layout = "chat"
     label_descriptions: dict[str, str] | None = None
     #: the name the classifier asks for (``--served-model-name``, or the adapter's name)
     served_model_name: str | None = None
@@ -70,6 +75,12 @@ class TrainOptions:
     def uses_lora(self) -> bool:
         """Whether LoRA adapters are trained."""
         return self.method == "sft" if self.lora is None else self.lora
+
+    @property
+    def reads_prompt(self) -> bool:
+        """Whether the trained model reads the classifier's prompt (SFT, and a head for the
+        generate runner), not the bare text (a head served through ``/classify``)."""
+        return self.method == "sft" or self.export == "generate"
 
     @property
     def lr(self) -> float:
@@ -94,4 +105,14 @@ class TrainOptions:
         if self.method == "sft" and self.export == "generate":
             raise ConfigurationError(
                 "--export generate is for --method head (an SFT model is served by the generate runner)"
+            )
+        if self.prompt_layout not in LAYOUTS:
+            raise ConfigurationError(f"--prompt-layout must be one of {list(LAYOUTS)}, got {self.prompt_layout!r}")
+        if self.prompt_layout != "chat" and not self.reads_prompt:
+            # Silently training the same head and saving a layout that nothing reads would let
+            # a user believe the served model got shorter prompts.
+            raise ConfigurationError(
+                f"--prompt-layout {self.prompt_layout}: a head served through /classify reads the bare text, with "
+                "no prompt to lay out (already the fewest tokens a text); add --export generate to train the head "
+                "on the classifier's prompt in that layout, or drop --prompt-layout"
             )

@@ -8,6 +8,10 @@ and scores texts as the served classifier will.
   text, thinking off) with the label's answer token(s) as the target: the served model sees
   exactly what it was trained on, and the classifier reads the same tokens' probabilities.
 
+The classifier's prompt is laid out as ``options.prompt_layout`` says: ``chat`` (Qwen3's chat
+format) or ``compact`` (the fixed part padded to whole cache blocks, the bare text, then one
+special token or a multi-label question), built by the classifier's own code, padding included.
+
 Multi-label data (each item's target: the indices of the labels that apply): a head has one
 sigmoid per label (``problem_type="multi_label_classification"``, binary cross-entropy), which
 vLLM's pooling runner applies too; SFT trains the classifier's yes/no step of every label (its
@@ -89,10 +93,11 @@ class Task:
         return get_peft_model(model, config)
 
     def _bodies(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's body ids (the user turn's opening and the text), cut to ``max_text_tokens``."""
+        """Each text's body ids (the user turn's opening, in the chat layout, and the text), its
+        text cut to ``max_text_tokens``."""
         assert self.plan is not None
-        bodies = self.plan.encode_bodies([self.plan.body(t) for t in texts])
-        limit = self.options.max_text_tokens + 3  # the user turn's opening
+        opening, *bodies = self.plan.encode_bodies([self.plan.label_set.body_open, *map(self.plan.body, texts)])
+        limit = self.options.max_text_tokens + len(opening)  # the user turn's opening (chat), nothing (compact)
         return [body[:limit] for body in bodies]
 
     def _prompt_ids(self, texts: Sequence[str]) -> list[list[int]]:
@@ -146,7 +151,9 @@ class HeadTask(Task):
     ) -> None:
         super().__init__(options, labels, tokenizer, torch, multi_label)
         if options.export == "generate":
-            label_set = LabelSet.build(labels, options.label_descriptions, options.instructions)
+            label_set = LabelSet.build(
+                labels, options.label_descriptions, options.instructions, layout=options.prompt_layout
+            )
             self.plan = local_plan(label_set, tokenizer)
             if self.plan.scoring != "label_tokens":
                 raise ConfigurationError("--export generate needs labels whose first tokens differ (one decode step)")
@@ -203,7 +210,13 @@ class SFTTask(Task):
         self, options: TrainOptions, labels: Sequence[str], tokenizer: Any, torch: Any, multi_label: bool = False
     ) -> None:
         super().__init__(options, labels, tokenizer, torch, multi_label)
-        label_set = LabelSet.build(labels, options.label_descriptions, options.instructions, multi_label=multi_label)
+        label_set = LabelSet.build(
+            labels,
+            options.label_descriptions,
+            options.instructions,
+            multi_label=multi_label,
+            layout=options.prompt_layout,
+        )
         self.plan = local_yes_no_plan(label_set, tokenizer) if multi_label else local_plan(label_set, tokenizer)
 
     def load(self, base_model: str) -> Any:
@@ -377,12 +390,17 @@ class SFTTask(Task):
 def local_yes_no_plan(label_set: LabelSet, tokenizer: Any, max_model_len: int = 4096) -> ClassifierPlan:
     """The classifier's multi-label plan made with a local ``tokenizers.Tokenizer`` (as
     :func:`~langchain_qwen_fast._core.prompting.local_plan` makes a single-label one): the
-    multi-label prompt, then one step per label, its question as the tail, ``yes`` and ``no``
-    as the answer tokens, as the classifier learns them from a server of that tokenizer.
+    multi-label prompt (a compact head padded to whole cache blocks), then one step per label,
+    its question as the tail, ``yes`` and ``no`` as the answer tokens, as the classifier learns
+    them from a server of that tokenizer.
     :class:`ConfigurationError` when ``yes`` or ``no`` is not a token of its own."""
     if not label_set.multi_label:
         raise ConfigurationError("a yes/no plan is multi-label")
-    yes_no = [e.ids for e in tokenizer.encode_batch(["yes", "no"], add_special_tokens=False)]
+    yes, no, head = (
+        e.ids for e in tokenizer.encode_batch(["yes", "no", label_set.unpadded_head()], add_special_tokens=False)
+    )
+    label_set = label_set.padded(len(head))  # a compact head, as the classifier pads it
+    yes_no = [yes, no]
     steps = yes_no_steps(label_set, yes_no, "for this tokenizer")
     return ClassifierPlan.generate(label_set, "yes_no", steps, 0, max_model_len).with_tokenizer(tokenizer)
 

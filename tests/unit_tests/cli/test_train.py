@@ -22,6 +22,7 @@ EVERY_FLAG = [
     "--text-column", "t", "--label-column", "l", "--epochs", "5", "--batch-size", "8", "--learning-rate", "0.01",
     "--lora", "--lora-rank", "4", "--lora-alpha", "8", "--val-fraction", "0.2", "--patience", "3", "--seed", "7",
     "--max-text-tokens", "64", "--max-steps", "10", "--export", "generate", "--instructions", "sort",
+    "--prompt-layout", "compact",
     "--served-model-name", "n", "--resume", "--device", "cpu", "--no-progress", "--multi-label",
     "--label-separator", ";",
 ]  # fmt: skip
@@ -39,7 +40,8 @@ def test_every_flag_reaches_its_field() -> None:
     assert options == TrainOptions(
         method="head", base_model="b", out="o", epochs=5, batch_size=8, learning_rate=0.01, lora=True, lora_rank=4,
         lora_alpha=8, val_fraction=0.2, patience=3, seed=7, max_text_tokens=64, export="generate",
-        instructions="sort", served_model_name="n", resume=True, device="cpu", max_steps=10, progress=False,
+        instructions="sort", prompt_layout="compact", served_model_name="n", resume=True, device="cpu", max_steps=10,
+        progress=False,
     )  # fmt: skip
     assert options_from(LabelledFile, args) == LabelledFile("d.csv", "1=x", "t", "l")
     assert options_from(LabelLists, args) == LabelLists(multi_label=True, label_separator=";")
@@ -98,3 +100,23 @@ def test_bad_multi_label_data_or_options_are_a_usage_error(capsys: pytest.Captur
     good = write_labelled(tmp_path / "d.jsonl", [("a", ["x", "y"]), ("b", [])])  # JSON lists: detected
     assert main(["train", str(good), *argv[:-1], "--export", "generate"]) == 2
     assert "--export generate is single-label" in capsys.readouterr().err
+
+
+def test_a_layout_for_a_head_served_through_classify_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_labelled(tmp_path / "d.csv", [("a", "x"), ("b", "y")])
+    argv = ["train", str(data), "--base-model", "m", "--method", "head", "--out", "o", "--prompt-layout", "compact"]
+    assert main(argv) == 2
+    assert "reads the bare text" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(["d.csv", "--base-model", "b", "--method", "sft", "--out", "o", "--prompt-layout", "short"])
+    assert "invalid choice: 'short'" in capsys.readouterr().err
+
+
+def test_the_help_says_when_each_prompt_layout_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--prompt-layout {chat,compact}" in out and "(default: chat)" in out
+    assert "A model trained in a layout is served in it" in out

@@ -1,6 +1,6 @@
-"""What an export writes for the classifier: ``classifier.json`` with the mode, and for a
-multi-label run ``multi_label=True`` and the tuned threshold of each label, which
-``QwenClassifier.load`` applies. The model is a stand-in: only the configuration is checked."""
+"""What an export writes for the classifier: ``classifier.json`` with the mode and the prompt
+layout, and for a multi-label run ``multi_label=True`` and the tuned threshold of each label,
+which ``QwenClassifier.load`` applies. The model is a stand-in: only the configuration is checked."""
 
 from __future__ import annotations
 
@@ -56,3 +56,27 @@ def test_a_single_label_export_keeps_the_defaults(tmp_path: Path) -> None:
     untuned = tmp_path / "untuned"
     export(_task(True), _Model(), TrainOptions(method="sft", base_model="b", out=str(untuned), lora=False), LABELS)
     assert json.loads((untuned / "classifier.json").read_text())["config"]["threshold"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("method", "export_as", "multi_label"),
+    [("sft", "merged", False), ("sft", "adapter", True), ("head", "generate", False)],
+)
+def test_the_classifier_is_saved_in_the_layout_it_was_trained_in(
+    tmp_path: Path, method: str, export_as: str, multi_label: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_qwen_fast.training import export as module
+
+    monkeypatch.setattr(module, "head_as_causal_lm", lambda task, model, base: model)  # needs a real head
+    monkeypatch.setattr(module, "HeadTask", SimpleNamespace)  # what _task makes
+    out = tmp_path / "out"
+    options = TrainOptions(method=method, base_model=str(tmp_path / "base"), out=str(out), export=export_as,  # type: ignore[arg-type]
+                           prompt_layout="compact", lora=method == "sft" and export_as == "adapter")  # fmt: skip
+    export(_task(multi_label), _Model(), options, LABELS, None)
+    config = json.loads((out / "classifier.json").read_text())["config"]
+    assert config["prompt_layout"] == "compact" and config["mode"] == "generate"
+    loaded = QwenClassifier.load(out, base_url="http://127.0.0.1:9/v1")
+    assert loaded.prompt_layout == "compact" and loaded.multi_label is multi_label
+    plain = tmp_path / "plain"
+    export(_task(False), _Model(), TrainOptions(method="head", base_model="b", out=str(plain)), LABELS)
+    assert json.loads((plain / "classifier.json").read_text())["config"]["prompt_layout"] == "chat"

@@ -1,4 +1,5 @@
-"""TrainOptions: the defaults that follow from the method, and the epoch cap."""
+"""TrainOptions: the defaults that follow from the method, the epoch cap, and which options
+cannot work together (checked before any model loads)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ def test_the_epochs_are_a_generous_cap_unless_given() -> None:
         {"method": "head", "lora": True},
         {"method": "sft", "export": "adapter"},
         {"method": "sft", "lora": False},
+        {"method": "sft", "prompt_layout": "compact"},
+        {"method": "sft", "prompt_layout": "compact", "export": "adapter"},
+        {"method": "head", "prompt_layout": "compact", "export": "generate"},
+        {"method": "head", "prompt_layout": "chat"},
     ],
 )
 def test_exports_that_can_work_pass_the_check(settings: dict) -> None:
@@ -43,3 +48,15 @@ def test_exports_that_can_work_pass_the_check(settings: dict) -> None:
 def test_an_export_that_cannot_work_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="needs LoRA"):
         TrainOptions(method="sft", base_model="m", out="o", lora=False, export="adapter").check()
+
+
+def test_a_layout_is_for_a_model_that_reads_the_classifiers_prompt() -> None:
+    """A head served through /classify reads the bare text: a compact layout there would train
+    the same model and save a layout nothing reads, so it is refused, naming the way to one."""
+    assert TrainOptions(method="sft", base_model="m", out="o").reads_prompt
+    assert TrainOptions(method="head", base_model="m", out="o", export="generate").reads_prompt
+    assert not TrainOptions(method="head", base_model="m", out="o").reads_prompt
+    with pytest.raises(ConfigurationError, match=r"reads the bare text.*--export generate"):
+        TrainOptions(method="head", base_model="m", out="o", prompt_layout="compact").check()
+    with pytest.raises(ConfigurationError, match=r"one of \['chat', 'compact'\]"):
+        TrainOptions(method="sft", base_model="m", out="o", prompt_layout="short").check()  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
 """What each method trains on: the prompt and answer tokens an SFT model is trained on (and a
-head for the generate runner reads), which must be exactly what the classifier sends and reads."""
+head for the generate runner reads), which must be exactly what the classifier sends and reads,
+in either prompt layout (``chat``, ``compact``)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,74 @@ from typing import Any
 
 import pytest
 
-from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX, LabelSet, local_plan
+from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast._core.prompting import (
+    CACHE_BLOCK_TOKENS,
+    COMPACT_SUFFIX,
+    LAYOUTS,
+    PROMPT_SUFFIX,
+    LabelSet,
+    Layout,
+    local_plan,
+)
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.training import TrainOptions
-from tests.support.fake_vllm import ToyTokenizer, toy_tokenize
+from tests.support.fake_vllm import FakeVLLM, ToyTokenizer, toy_tokenize
+
+#: each layout's end of a text: what asks for a single-label answer
+SUFFIX = {"chat": PROMPT_SUFFIX, "compact": COMPACT_SUFFIX}
+layouts = pytest.mark.parametrize("layout", LAYOUTS)
 
 
-def test_sft_prompt_is_the_classifiers_prompt_and_targets_the_first_label_token() -> None:
-    tokenizer = ToyTokenizer()
-    plan = local_plan(LabelSet.build(["World", "Sports", "Business"]), tokenizer)
-    assert plan.scoring == "label_tokens"
-    (ids,) = plan.encode(["Stocks rally"])
-    assert ids == toy_tokenize(plan.render("Stocks rally"))
-    assert plan.render("Stocks rally").endswith("Stocks rally" + PROMPT_SUFFIX)
+def _served(labels: list[str], layout: Layout, multi_label: bool = False) -> Any:
+    """The plan the classifier learns from a server of the toy tokenizer (the fake vLLM)."""
+    return QwenClassifier(labels=labels, multi_label=multi_label, prompt_layout=layout,
+                          base_url="http://vllm.test/v1", http_transport=FakeVLLM().transport).prepare()  # fmt: skip
+
+
+def _sft(labels: list[str], layout: Layout, multi_label: bool = False, **options: Any) -> Any:
+    import torch
+
+    from langchain_qwen_fast.training.tasks import SFTTask
+
+    settings = TrainOptions(method="sft", base_model="m", out="o", prompt_layout=layout, **options)
+    return SFTTask(settings, labels, ToyTokenizer(), torch, multi_label)
+
+
+@layouts
+def test_sft_prompt_is_the_classifiers_prompt_and_targets_the_first_label_token(layout: Layout) -> None:
+    labels = ["World", "Sports", "Business"]
+    task = _sft(labels, layout)
+    plan, served = task.plan, _served(labels, layout)
+    assert plan.scoring == served.scoring == "label_tokens"
+    assert plan.head == served.head and [s.tail for s in plan.steps] == [s.tail for s in served.steps]
+    (ids,) = task.encode(["Stocks rally"])
+    assert ids == toy_tokenize(served.render("Stocks rally")) == toy_tokenize(plan.render("Stocks rally"))
+    assert plan.render("Stocks rally").endswith("Stocks rally" + SUFFIX[layout])
     assert [plan.answer_tokens(i) for i in range(3)] == [(toy_tokenize(x)[0],) for x in ("World", "Sports", "Business")]
+    if layout == "compact":  # the fixed part fills whole cache blocks, and the text follows it at once
+        assert len(plan.head_ids) % CACHE_BLOCK_TOKENS == 0 and plan.head.endswith("<|endoftext|>")
+        assert ids == [*plan.head_ids, *toy_tokenize("Stocks rally"), toy_tokenize(COMPACT_SUFFIX)[0]]
 
 
-def test_labels_sharing_tokens_train_on_every_label_token_and_the_end() -> None:
+@layouts
+def test_a_text_is_cut_to_its_token_limit_in_either_layout(layout: Layout) -> None:
+    task = _sft(["World", "Sports"], layout, max_text_tokens=4)
+    long = " ".join(f"w{i}" for i in range(20))  # 39 toy tokens: words and the spaces between
+    (body,) = task._bodies([long])
+    opening = toy_tokenize(task.plan.label_set.body_open)
+    assert body == [*opening, *toy_tokenize(long)[:4]]
+    assert len(opening) == (3 if layout == "chat" else 0)
+
+
+@layouts
+def test_labels_sharing_tokens_train_on_every_label_token_and_the_end(layout: Layout) -> None:
     tokenizer = ToyTokenizer()
-    plan = local_plan(LabelSet.build(["tech", "tech news", "sport"]), tokenizer)
-    assert plan.scoring == "label_sequences"
+    plan = local_plan(LabelSet.build(["tech", "tech news", "sport"], layout=layout), tokenizer)
+    served = _served(["tech", "tech news", "sport"], layout)
+    assert plan.scoring == served.scoring == "label_sequences"
+    assert [(s.tail, s.path, s.path_text) for s in plan.steps] == [(s.tail, s.path, s.path_text) for s in served.steps]
+    assert plan.encode(["Stocks rally"], 1) == [toy_tokenize(served.render("Stocks rally", 1))]
     end = toy_tokenize("<|im_end|>")[0]
     assert plan.answer_tokens(0) == (*toy_tokenize("tech"), end)  # another label continues it
     assert plan.answer_tokens(1) == tuple(toy_tokenize("tech news"))
@@ -35,16 +84,30 @@ def test_labels_sharing_tokens_train_on_every_label_token_and_the_end() -> None:
         local_plan(LabelSet.build(["a", "b"], multi_label=True), tokenizer)
 
 
-def test_a_head_for_the_generate_runner_needs_labels_with_distinct_first_tokens() -> None:
+@layouts
+def test_a_head_for_the_generate_runner_needs_labels_with_distinct_first_tokens(layout: Layout) -> None:
     import torch
 
     from langchain_qwen_fast.training.tasks import HeadTask
 
-    options = TrainOptions(method="head", base_model="m", out="o", export="generate")
+    options = TrainOptions(method="head", base_model="m", out="o", export="generate", prompt_layout=layout)
     with pytest.raises(ConfigurationError, match="first tokens differ"):
         HeadTask(options, ["tech", "tech news"], ToyTokenizer(), torch)
     task = HeadTask(options, ["World", "Sports"], ToyTokenizer(), torch)
-    assert task.encode(["Stocks rally"]) == task.plan.encode(["Stocks rally"])  # the classifier's prompt
+    served = _served(["World", "Sports"], layout)
+    assert task.encode(["Stocks rally"]) == [toy_tokenize(served.render("Stocks rally"))]  # the classifier's prompt
+
+
+def test_a_head_served_through_classify_reads_the_bare_text_and_has_no_layout() -> None:
+    import torch
+
+    from langchain_qwen_fast.training.tasks import HeadTask
+
+    task = HeadTask(TrainOptions(method="head", base_model="m", out="o"), ["World", "Sports"], ToyTokenizer(), torch)
+    assert task.plan is None and task.encode(["Stocks rally"]) == [toy_tokenize("Stocks rally")]
+    with pytest.raises(ConfigurationError, match="reads the bare text"):
+        HeadTask(TrainOptions(method="head", base_model="m", out="o", prompt_layout="compact"), ["World", "Sports"],
+                 ToyTokenizer(), torch)  # fmt: skip
 
 
 def test_a_base_model_that_is_neither_a_directory_nor_a_hub_id_is_named() -> None:
@@ -54,22 +117,19 @@ def test_a_base_model_that_is_neither_a_directory_nor_a_hub_id_is_named() -> Non
         load_tokenizer("/nonexistent/model")
 
 
-def test_multi_label_sft_trains_the_classifiers_yes_no_prompt_of_every_label() -> None:
-    import torch
-
-    from langchain_qwen_fast import QwenClassifier
-    from langchain_qwen_fast.training.tasks import SFTTask, local_yes_no_plan
-    from tests.support.fake_vllm import FakeVLLM
+@layouts
+def test_multi_label_sft_trains_the_classifiers_yes_no_prompt_of_every_label(layout: Layout) -> None:
+    from langchain_qwen_fast.training.tasks import local_yes_no_plan
 
     labels = ["World", "Sports", "Sci/Tech"]
-    served = QwenClassifier(
-        labels=labels, multi_label=True, base_url="http://vllm.test/v1", http_transport=FakeVLLM().transport
-    ).prepare()
-    plan = local_yes_no_plan(LabelSet.build(labels, multi_label=True), ToyTokenizer())
+    served = _served(labels, layout, multi_label=True)
+    plan = local_yes_no_plan(LabelSet.build(labels, multi_label=True, layout=layout), ToyTokenizer())
     assert (plan.scoring, plan.head) == (served.scoring, served.head) == ("yes_no", served.head)
     assert [(s.tail, s.allowed) for s in plan.steps] == [(s.tail, s.allowed) for s in served.steps]
     assert plan.answer_token_ids == (toy_tokenize("yes")[0], toy_tokenize("no")[0])
-    task = SFTTask(TrainOptions(method="sft", base_model="m", out="o"), labels, ToyTokenizer(), torch, True)
+    if layout == "compact":
+        assert len(plan.head_ids) % CACHE_BLOCK_TOKENS == 0 and served.render("x", 2).endswith("x<|im_end|>Sci/Tech?")
+    task = _sft(labels, layout, multi_label=True)
     (body,) = task.encode(["Stocks rally"])
     prompts = task._label_prompts([body])
     assert prompts == [toy_tokenize(served.render("Stocks rally", k)) for k in range(len(labels))]
@@ -88,7 +148,8 @@ def test_a_multi_label_head_for_the_generate_runner_is_refused() -> None:
         HeadTask(options, ["World", "Sports"], ToyTokenizer(), torch, True)
 
 
-def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone() -> None:
+@layouts
+def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone(layout: Layout) -> None:
     """The classifier renormalises the labels' first-token probabilities, so that is what SFT
     trains: the loss equals the cross-entropy over those tokens' logits after each whole prompt
     (run alone, as the server runs it; the training pass shares the prompts' head), and a token
@@ -97,8 +158,8 @@ def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone
 
     from langchain_qwen_fast.training.tasks import SFTTask
 
-    task = SFTTask(TrainOptions(method="sft", base_model="m", out="o"), ["World", "Sports", "Business"],
-                   ToyTokenizer(), torch)  # fmt: skip
+    task = SFTTask(TrainOptions(method="sft", base_model="m", out="o", prompt_layout=layout),
+                   ["World", "Sports", "Business"], ToyTokenizer(), torch)  # fmt: skip
     model = _toy_qwen3()
     encoded = task.encode(["Stocks rally", "Cup final tonight in the rain"])
     assert len({len(e) for e in encoded}) == 2  # one padded
@@ -178,7 +239,8 @@ def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(method: str,
         assert torch.allclose(plain[name], touched_only[name], atol=1e-6), name
 
 
-def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prompt() -> None:
+@layouts
+def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prompt(layout: Layout) -> None:
     """One pass per text reads every label's question as a branch after the shared text: each
     label's yes/no margin, and its gradient, equal those of the label's own whole prompt run
     alone, as the server runs it."""
@@ -187,7 +249,7 @@ def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prom
     from langchain_qwen_fast.training.tasks import SFTTask
 
     model = _toy_qwen3()
-    options = TrainOptions(method="sft", base_model="m", out="o", lora=False)
+    options = TrainOptions(method="sft", base_model="m", out="o", lora=False, prompt_layout=layout)
     task = SFTTask(options, ["World", "Sports", "Business"], ToyTokenizer(), torch, True)
     bodies = task.encode(["Stocks rally", "Cup final tonight in the rain, again and again", "New chip ships today"])
     assert len({len(b) for b in bodies}) == 3  # padded stems of different lengths
