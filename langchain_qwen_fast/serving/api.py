@@ -533,6 +533,7 @@ def create_app(
     )
     groups = Histogram("qwen_fast_group_size", "Texts per grouped vLLM call", buckets=_GROUP_BUCKETS, registry=registry)
     errors = Counter("qwen_fast_item_errors", "Items answered with an error", ["type"], registry=registry)
+    latencies = {kind: latency.labels(kind) for kind in ("single", "list")}
     scraped = registry
     if os.environ.get(_METRICS_DIR):  # one of several workers: each writes its counts there
         scraped = CollectorRegistry()
@@ -668,8 +669,7 @@ def create_app(
         request_id = _RequestId()
         try:
             try:
-                async with asyncio.timeout_at(deadline):
-                    results = await batcher.classify_many(values)
+                results = await batcher.classify_many(values, deadline)
             except Overloaded as exc:
                 answer = _error_answer(429, "Overloaded", str(exc), headers={"retry-after": str(exc.retry_after)})
             except TimeoutError:
@@ -695,12 +695,21 @@ def create_app(
         except Exception as exc:  # a bug: the client gets an id, the log the traceback
             _log_failure(request_id(), exc)
             answer = _error_answer(500, "InternalServerError", "the service failed", request_id())
-        latency.labels(kind).observe(time.perf_counter() - start)
-        requests.labels(kind, str(answer.status)).inc()
+        latencies[kind].observe(time.perf_counter() - start)
+        counted(kind, answer.status).inc()
         return answer
 
+    counts: dict[tuple[str, int], Any] = {}
+
+    def counted(kind: str, status: int) -> Any:
+        """The requests counter of this kind and status (looked up once each)."""
+        counter = counts.get((kind, status))
+        if counter is None:
+            counter = counts[kind, status] = requests.labels(kind, str(status))
+        return counter
+
     def refused(status: int) -> None:
-        requests.labels("invalid", str(status)).inc()
+        counted("invalid", status).inc()
 
     app.add_middleware(
         ClassifyFastPath, respond=respond, key=key, limits=limits, request_type=body_model, on_refused=refused

@@ -169,11 +169,40 @@ class MicroBatcher:
         self._arrived.set()
         return futures
 
-    async def classify_many(self, values: Sequence[Any]) -> list[Any]:
-        """Each value's classification or exception, in order (see :meth:`submit`)."""
+    async def classify_many(self, values: Sequence[Any], deadline: float | None = None) -> list[Any]:
+        """Each value's classification or exception, in order (see :meth:`submit`). Past
+        ``deadline`` (the event loop's clock), the texts not yet done leave and
+        :class:`TimeoutError` is raised. (A timer that cancels the texts' futures, not
+        ``asyncio.timeout``: it costs a request a fraction as much.)"""
         if not values:
             return []
-        return list(await asyncio.gather(*self.submit(values), return_exceptions=True))
+        futures = self.submit(values)
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            for future in futures:
+                future.cancel()
+
+        timer = asyncio.get_running_loop().call_at(deadline, expire) if deadline is not None else None
+        try:
+            if len(futures) == 1:  # the common single text, without gather's own future and callbacks
+                try:
+                    return [await futures[0]]
+                except asyncio.CancelledError:
+                    if expired:
+                        raise TimeoutError from None
+                    raise
+                except Exception as exc:
+                    return [exc]
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            if expired:
+                raise TimeoutError
+            return list(results)
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def classify(self, value: Any) -> Classification:
         """The classification of one input, grouped with others arriving at the same time;
