@@ -184,7 +184,8 @@ class Engine:
         """Raise the last set-up's failure while it stands (see ``SETUP_RETRY_COOLDOWN``)."""
         failure = self._setup_failure
         if failure is not None and time.monotonic() < failure[0]:
-            raise failure[1].with_traceback(None)
+            error = failure[1]
+            raise error
 
     def _fit_transport(self, plans: dict[Node, ClassifierPlan]) -> dict[Node, ClassifierPlan]:
         """``plans``, with the transport's HTTP stack fitted to the server they were learnt

@@ -106,7 +106,7 @@ def test_classify_file_example() -> None:
 
 
 def test_latency_comparison_example() -> None:
-    assert "QwenClassifier.batch / ChatOpenAI.batch" in printed("test_latency_comparison_example")
+    assert "classifier_batch_over_chat_batch" in printed("test_latency_comparison_example")
     out = background_work("examples") / "latency"
     report = json.loads((out / "results.json").read_text())
     assert {row["path"] for row in report["rows"]} >= {"QwenClassifier.invoke", "LLMChain(ChatOpenAI)"}

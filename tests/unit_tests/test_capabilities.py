@@ -234,7 +234,9 @@ def test_every_key_part_changes_the_cache_key(change: dict[str, Any]) -> None:
 
 def test_sqlite_cache_persists_across_classifiers(fake: FakeVLLM, tmp_path: Path) -> None:
     path = tmp_path / "labels.db"
-    first = make(fake, cache=SQLiteCache(path)).invoke("persist me")
+    cache = SQLiteCache(path)
+    first = make(fake, cache=cache).invoke("persist me")
+    cache.flush()  # written by the cache's own thread; another process sees it once on disk
     before = len(fake.calls("/v1/completions"))
     again = make(fake, cache=SQLiteCache(path))
     assert again.invoke("persist me") == first

@@ -30,7 +30,9 @@ from langchain_qwen_fast.errors import QwenFastError
 PACKAGE = Path(langchain_qwen_fast.__file__).parent
 
 #: What argparse asks of a command's code: it turns these into a usage message and an exit code.
-CLI_ALLOWED = (SystemExit, argparse.ArgumentTypeError)
+#: what the command line may raise besides: its exit, an argument's refusal, and the
+#: interrupt a stop signal becomes during a server's start-up
+CLI_ALLOWED = (SystemExit, argparse.ArgumentTypeError, KeyboardInterrupt)
 
 
 def module_name(path: Path) -> str:
