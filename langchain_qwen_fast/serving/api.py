@@ -142,7 +142,7 @@ class APIKey:
     __str__ = __repr__
 
     def __reduce__(self) -> Any:
-        raise TypeError("the API key is not pickled")
+        raise ConfigurationError("the API key is not pickled")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -717,7 +717,7 @@ def create_app(
     return app
 
 
-class _TooLarge(Exception):
+class _TooLarge(QwenFastError):
     """The body passed the limit while it streamed in."""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
+from langchain_qwen_fast.errors import ConfigurationError, QwenFastError
 
 if TYPE_CHECKING:
     from langchain_qwen_fast._core.classification import Classification
@@ -38,7 +39,11 @@ def default_groups_in_flight(replicas: int, processes: int = 1) -> int:
     return max(1, GROUPS_IN_FLIGHT_PER_REPLICA * replicas // processes)
 
 
-class Overloaded(Exception):
+class DeadlineExceeded(QwenFastError, TimeoutError):
+    """A request's deadline passed before its texts were answered (its texts left the line)."""
+
+
+class Overloaded(QwenFastError):
     """The batcher holds too many texts to take a request's: refused whole, nothing queued.
 
     Attributes:
@@ -108,7 +113,7 @@ class MicroBatcher:
         on_group: Callable[[int], object] | None = None,
     ) -> None:
         if max_group < 1 or max_queued < 1 or (groups_in_flight is not None and groups_in_flight < 1):
-            raise ValueError("max_group, max_queued and groups_in_flight must be 1 or more")
+            raise ConfigurationError("max_group, max_queued and groups_in_flight must be 1 or more")
         self.engine = engine
         self.max_wait = max_wait
         self.max_group = max_group
@@ -172,7 +177,7 @@ class MicroBatcher:
     async def classify_many(self, values: Sequence[Any], deadline: float | None = None) -> list[Any]:
         """Each value's classification or exception, in order (see :meth:`submit`). Past
         ``deadline`` (the event loop's clock), the texts not yet done leave and
-        :class:`TimeoutError` is raised. (A timer that cancels the texts' futures, not
+        :class:`DeadlineExceeded` (a :class:`TimeoutError`) is raised. (A timer that cancels the texts' futures, not
         ``asyncio.timeout``: it costs a request a fraction as much.)"""
         if not values:
             return []
@@ -192,13 +197,13 @@ class MicroBatcher:
                     return [await futures[0]]
                 except asyncio.CancelledError:
                     if expired:
-                        raise TimeoutError from None
+                        raise DeadlineExceeded from None
                     raise
                 except Exception as exc:
                     return [exc]
             results = await asyncio.gather(*futures, return_exceptions=True)
             if expired:
-                raise TimeoutError
+                raise DeadlineExceeded
             return list(results)
         finally:
             if timer is not None:
