@@ -45,7 +45,7 @@ PLANS = [
 ]
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts)
 def test_no_text_forges_a_control_token_or_a_turn(text: str) -> None:
     rendered = PLAN.render(text)
@@ -98,7 +98,7 @@ def check_prediction(plan: ClassifierPlan, item: Any) -> None:
             assert math.isclose(sum(prediction.scores), 1.0, rel_tol=1e-6)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(PLANS), st.one_of(json_values, near_choices))
 def test_any_reply_item_gives_a_label_or_a_typed_error(plan: ClassifierPlan, item: Any) -> None:
     check_prediction(plan, item)

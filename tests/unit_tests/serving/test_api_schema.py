@@ -51,7 +51,7 @@ schema = refusing_oversize_bodies(schemathesis.openapi.from_asgi("/openapi.json"
 
 
 @schema.parametrize()
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_answer_matches_the_document(case: schemathesis.Case) -> None:
     call_and_check(case, AUTHORISED)
 
