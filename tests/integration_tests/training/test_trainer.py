@@ -3,7 +3,9 @@ trained with real vLLM servers, check the served probabilities against transform
 evaluate through ``qwen-fast eval``, calibrate, and serve two LoRA adapters on one server.
 Multi-label too: a sigmoid head on its own pooling server, and a yes/no SFT adapter on the
 LoRA server beside the other two, each trained through ``qwen-fast train`` and loaded with
-its tuned thresholds.
+its tuned thresholds. The compact prompt layout: the served scores equal transformers' in
+either layout for every scoring (on the shared server's untrained tiny model), and an adapter
+trained in it through ``qwen-fast train --prompt-layout compact`` is served in it.
 
 The data is generated (:func:`~langchain_qwen_fast.testing.samples.labelled_news`,
 :func:`~langchain_qwen_fast.testing.samples.multi_labelled_news`): the labels follow from the
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 
 from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, LAYOUTS, Layout
 from langchain_qwen_fast.calibration import apply_temperature
 from langchain_qwen_fast.cli import main
 from langchain_qwen_fast.serving.launcher import VLLMServer
@@ -61,6 +64,15 @@ MULTI_SFT_PARITY_ITEMS = 100
 #: The multi-label head's server, and the name the multi-label SFT adapter is served under.
 MULTI_HEAD_SERVER = ("trained-multi-head", "trained multi-label head")
 MULTI_ADAPTER = "news-multi"
+#: The adapter on the stand-in trained in the compact layout, on the head's headlines: its name
+#: and flags. The stand-in already tells the topics apart (in the chat layout), so one epoch
+#: teaches the new layout; early stopping ends the run two later.
+COMPACT_ADAPTER = "news-compact"
+COMPACT_FLAGS = f"--method sft --export adapter --prompt-layout compact --learning-rate 3e-3 --epochs 3 \
+--served-model-name {COMPACT_ADAPTER}"
+#: Labels of three tokens each that share first tokens, which the classifier scores a token at a
+#: time (label_sequences).
+SEQUENCE_LABELS = ["Sci/Tech", "Sci/Health", "Biz/Tech", "Biz/Health"]
 #: The multi-label training headlines, seed 0: every multi-label run trains on the first of them.
 MULTI_SEEN = max(MULTI_HEAD_ITEMS, MULTI_SFT_ITEMS, MULTI_SFT_FULL_ITEMS)
 #: The LoRA head's epochs and patience: it stops early once an epoch brings no better macro-F1.
@@ -86,8 +98,10 @@ def _accuracy(rows: list[list[float]], items: list[tuple[str, str]], labels: lis
     return sum(labels[row.index(max(row))] == y for row, (_, y) in zip(rows, items)) / len(items)
 
 
-def _task(method: str, model_dir: Path, labels: list[str] = LABELS, *, multi_label: bool = False) -> Any:
-    options = TrainOptions(method=method, base_model=str(model_dir), out=str(model_dir))  # type: ignore[arg-type]
+def _task(
+    method: str, model_dir: Path, labels: list[str] = LABELS, *, multi_label: bool = False, layout: Layout = "chat"
+) -> Any:
+    options = TrainOptions(method=method, base_model=str(model_dir), out=str(model_dir), prompt_layout=layout)  # type: ignore[arg-type]
     return make_task(options, labels, load_tokenizer(str(model_dir)), multi_label)
 
 
@@ -142,6 +156,7 @@ def background_jobs() -> dict[str, tuple[Job, ...]]:
             _train_job("head-generate", news, tiny, LABELS, "--method head --export generate --learning-rate 1e-3"),
         ),
         "adapters": tuple(adapters),
+        "compact_adapter": (_train_job(COMPACT_ADAPTER, news, NEWS_MODEL, LABELS, COMPACT_FLAGS, stand_in),),
         # last: the longest run, which only the module's last test waits for
         "multi_sft_model": (_train_job("multi-sft", multi_full, tiny, LABELS, MULTI_SFT_FULL_FLAGS),),
     }
@@ -225,6 +240,12 @@ def multi_sft_model() -> tuple[Path, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
+def compact_adapter(sft_model: tuple[Path, dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
+    """A LoRA adapter on the stand-in trained in the compact layout, served on the LoRA server."""
+    return _trained("compact_adapter", f"sft adapter in the compact layout ({HEAD_ITEMS} headlines)")
+
+
+@pytest.fixture(scope="module")
 def adapters(sft_model: tuple[Path, dict[str, Any]]) -> dict[str, Path]:
     """Two LoRA adapters on the stand-in, each for its own label set."""
     made = {}
@@ -286,10 +307,11 @@ def servers() -> Iterator[ServersInTurn]:
 
 
 def _lora_server(request: pytest.FixtureRequest) -> tuple[Path, dict[str, Any]]:
-    """The LoRA server's model and settings: the SFT stand-in as ``qwen3``, both adapters and the
-    multi-label one beside it."""
+    """The LoRA server's model and settings: the SFT stand-in as ``qwen3``, both adapters, the
+    multi-label one and the compact one beside it."""
     adapters = request.getfixturevalue("adapters")
     lora = {**adapters, MULTI_ADAPTER: request.getfixturevalue("multi_adapter")[0]}
+    lora[COMPACT_ADAPTER] = request.getfixturevalue("compact_adapter")[0]
     return request.getfixturevalue("sft_model")[0], {"lora": lora}
 
 
@@ -322,9 +344,10 @@ def head_generate_url(
 
 @pytest.fixture
 def lora_url(servers: ServersInTurn, request: pytest.FixtureRequest) -> str:
-    """The SFT stand-in as ``qwen3``, both adapters and the multi-label one beside it, on one server."""
+    """The SFT stand-in as ``qwen3``, both adapters, the multi-label one and the compact one beside
+    it, on one server."""
     model, settings = _lora_server(request)
-    return servers.url("lora", "SFT model + 3 LoRA adapters", model, **settings)
+    return servers.url("lora", "SFT model + 4 LoRA adapters", model, **settings)
 
 
 # -- learning, on CPU --------------------------------------------------------------------------
@@ -448,6 +471,41 @@ def test_served_head_probabilities_match_transformers(head_model: tuple[Path, di
     local = score(task, AutoModelForSequenceClassification.from_pretrained(path), texts)
     worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(LABELS))
     assert worst <= PARITY
+
+
+# -- the prompt layouts: what the server scores is what training scores ------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(
+    ("labels", "multi_label", "scoring"),
+    [(LABELS, False, "label_tokens"), (SEQUENCE_LABELS, False, "label_sequences"), (LABELS, True, "yes_no")],
+    ids=["label-tokens", "label-sequences", "yes-no"],
+)
+def test_served_scores_match_transformers_in_either_layout(
+    tiny_model: Path, server_url: str, labels: list[str], multi_label: bool, scoring: str, layout: Layout
+) -> None:
+    """The shared server's tiny model (untrained: the prompts, not the weights, are on trial)
+    scores each text as training scores it, in the layout asked for: within PARITY of
+    transformers' scores in that layout, and apart from those of the other layout."""
+    from transformers import AutoModelForCausalLM
+
+    texts = [t for t, _ in labelled_news(40, 9)]
+    classifier = QwenClassifier(labels=labels, multi_label=multi_label, prompt_layout=layout, base_url=server_url)
+    plan = classifier.prepare()
+    assert plan.scoring == scoring
+    head = load_tokenizer(str(tiny_model)).encode(plan.head, add_special_tokens=False).ids
+    assert (layout == "chat" or len(head) % CACHE_BLOCK_TOKENS == 0) and plan.label_set.layout == layout
+    served = [[(r.scores or {})[label] for label in labels] for r in classifier.batch(texts)]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype="float32")
+    local = {
+        x: score(_task("sft", tiny_model, labels, multi_label=multi_label, layout=x), model, texts) for x in LAYOUTS
+    }
+
+    def gap(rows: list[list[float]]) -> float:
+        return max(abs(a - b) for row, other in zip(served, rows) for a, b in zip(row, other))
+
+    (other,) = set(LAYOUTS) - {layout}
+    assert gap(local[layout]) <= PARITY
+    assert gap(local[other]) > 2 * PARITY  # the check tells the layouts apart
 
 
 # -- multi-label: learning, then the served head's scores and thresholds -------------------------
@@ -631,6 +689,31 @@ def test_two_adapters_answer_side_by_side_on_one_server(
     base_accuracy = sum(r.label == y for r, (_, y) in zip(base, _renamed(held_out, TOPICS))) / len(texts)
     assert accuracy["topics"] >= 0.95 and accuracy["finance"] >= 0.95
     assert base_accuracy < accuracy["topics"] - 0.2
+
+
+def test_an_adapter_trained_in_the_compact_layout_is_served_in_it(
+    sft_model: tuple[Path, dict[str, Any]],
+    compact_adapter: tuple[Path, dict[str, Any]],
+    lora_url: str,
+    held_out: list[tuple[str, str]],
+) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    path, report = compact_adapter
+    assert report["options"]["prompt_layout"] == "compact" and report["finished"]
+    classifier = QwenClassifier.load(path, base_url=lora_url)
+    assert (classifier.prompt_layout, classifier.model) == ("compact", COMPACT_ADAPTER)
+    assert classifier.prepare().scoring == "label_tokens"
+    texts = [t for t, _ in held_out]
+    served = classifier.batch(texts)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(sft_model[0]), path)
+    local = score(_task("sft", sft_model[0], layout="compact"), model, texts)
+    worst = max(abs((r.scores or {})[x] - row[k]) for r, row in zip(served, local) for k, x in enumerate(LABELS))
+    accuracy = sum(r.label == y for r, (_, y) in zip(served, held_out)) / len(held_out)
+    print(f"{COMPACT_ADAPTER}: held-out accuracy through the server {accuracy:.4f}, max |score gap| {worst:.2e}")
+    assert worst <= PARITY
+    assert accuracy >= 0.95
 
 
 # -- calibration on a served model --------------------------------------------------------------
