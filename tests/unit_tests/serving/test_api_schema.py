@@ -30,11 +30,18 @@ KEY = "sk-schema-5"
 AUTHORISED = {"Authorization": f"Bearer {KEY}"}
 
 
+# A text's limit in characters well below the default (65,536): schemathesis merges the
+# document's non-blank pattern and the limit into one regex, ``^[...]{1,limit}$``, and compiling
+# and canonicalising it costs close to a second a strategy at the default (most of this module's
+# time), a few milliseconds here; generated texts reach the limit more often too.
+MAX_TEXT_CHARS = 256
+
+
 def app_over(fake: FakeVLLM) -> Any:
     classifier = QwenClassifier(
         labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1", http_transport=fake.transport, max_retries=0
     )
-    return create_app(classifier, api_key=KEY, max_wait_ms=1)
+    return create_app(classifier, api_key=KEY, max_wait_ms=1, max_text_chars=MAX_TEXT_CHARS)
 
 
 def refusing_oversize_bodies(document: Any) -> Any:
