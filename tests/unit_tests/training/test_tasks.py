@@ -4,7 +4,8 @@ in either prompt layout (``chat``, ``compact``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import pytest
 
@@ -20,7 +21,53 @@ from langchain_qwen_fast._core.prompting import (
 )
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.training import TrainOptions
-from tests.support.fake_vllm import FakeVLLM, ToyTokenizer, toy_tokenize
+from tests.support.fake_vllm import FakeVLLM, ToyTokenizer, toy_detokenize, toy_tokenize
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for these toy models: its worker threads wait for each other by
+    spinning, and on a busy machine (CI's two cores, shared) that made a millisecond's step
+    take seconds; one thread computes the same."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+#: embedding rows of the models trained and run here: more than the tokens the tests use
+DENSE_VOCAB = 4096
+
+
+class DenseToyTokenizer(ToyTokenizer):
+    """The toy tokenizer with its ids renumbered 0, 1, 2… in order of first use (shared by every
+    instance): the same tokens and texts, so a model over them needs a few thousand embedding rows,
+    not the toy ids' million (building and training such a model was most of these tests' time).
+    For the tests that run a model alone; those comparing ids with the fake server's keep the toy's."""
+
+    _dense: ClassVar[dict[int, int]] = {}
+    _toy: ClassVar[list[int]] = []
+
+    def _renumbered(self, ids: list[int]) -> list[int]:
+        for toy in ids:
+            if toy not in self._dense:
+                self._dense[toy] = len(self._toy)
+                self._toy.append(toy)
+        assert len(self._toy) <= DENSE_VOCAB
+        return [self._dense[toy] for toy in ids]
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
+        return [self.Encoding(self._renumbered(toy_tokenize(t))) for t in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        return toy_detokenize([self._toy[i] for i in ids])
+
+    def token_to_id(self, token: str) -> int:
+        (only,) = self._renumbered(toy_tokenize(token))
+        return only
+
 
 #: each layout's end of a text: what asks for a single-label answer
 SUFFIX = {"chat": PROMPT_SUFFIX, "compact": COMPACT_SUFFIX}
@@ -159,7 +206,7 @@ def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone
     from langchain_qwen_fast.training.tasks import SFTTask
 
     task = SFTTask(TrainOptions(method="sft", base_model="m", out="o", prompt_layout=layout),
-                   ["World", "Sports", "Business"], ToyTokenizer(), torch)  # fmt: skip
+                   ["World", "Sports", "Business"], DenseToyTokenizer(), torch)  # fmt: skip
     model = _toy_qwen3()
     encoded = task.encode(["Stocks rally", "Cup final tonight in the rain"])
     assert len({len(e) for e in encoded}) == 2  # one padded
@@ -177,11 +224,11 @@ def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone
 
 
 def _toy_qwen3() -> Any:
-    """A random Qwen3 causal LM small enough for a unit test, over the toy tokenizer's ids."""
+    """A random Qwen3 causal LM small enough for a unit test, over :class:`DenseToyTokenizer`'s ids."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(vocab_size=1_002_000, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    config = Qwen3Config(vocab_size=DENSE_VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=8, pad_token_id=1000,
                          initializer_range=0.3)  # fmt: skip
     torch.manual_seed(0)
@@ -202,9 +249,9 @@ def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(method: str,
 
     from langchain_qwen_fast.training.tasks import HeadTask, SFTTask
 
-    config = Qwen3Config(vocab_size=1_002_000, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+    config = Qwen3Config(vocab_size=DENSE_VOCAB, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=4, tie_word_embeddings=tied,
-                         pad_token_id=ToyTokenizer().token_to_id("<|endoftext|>"), num_labels=3,
+                         pad_token_id=DenseToyTokenizer().token_to_id("<|endoftext|>"), num_labels=3,
                          problem_type="multi_label_classification" if multi_label else None)  # fmt: skip
     options = TrainOptions(method=method, base_model="m", out="o", lora=False)  # type: ignore[arg-type]
     texts = ["Stocks rally", "Cup final tonight", "New chip ships"]
@@ -212,8 +259,8 @@ def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(method: str,
     weights = []
     for touched in (False, True):
         torch.manual_seed(0)
-        task = (SFTTask if method == "sft" else HeadTask)(options, ["World", "Sports", "Business"], ToyTokenizer(),
-                                                          torch, multi_label)  # fmt: skip
+        task = (SFTTask if method == "sft" else HeadTask)(options, ["World", "Sports", "Business"],
+                                                          DenseToyTokenizer(), torch, multi_label)  # fmt: skip
         model = (Qwen3ForCausalLM if method == "sft" else Qwen3ForSequenceClassification)(config)
         start = model.get_input_embeddings().weight.detach().clone()
         encoded = task.encode(texts)
@@ -250,7 +297,7 @@ def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prom
 
     model = _toy_qwen3()
     options = TrainOptions(method="sft", base_model="m", out="o", lora=False, prompt_layout=layout)
-    task = SFTTask(options, ["World", "Sports", "Business"], ToyTokenizer(), torch, True)
+    task = SFTTask(options, ["World", "Sports", "Business"], DenseToyTokenizer(), torch, True)
     bodies = task.encode(["Stocks rally", "Cup final tonight in the rain, again and again", "New chip ships today"])
     assert len({len(b) for b in bodies}) == 3  # padded stems of different lengths
     branched = task._yes_minus_no(model, bodies)
