@@ -59,7 +59,10 @@ async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
 
         for worker in multiprocessing.active_children():
             os.kill(worker.pid or 0, signal.SIGKILL)
-        time.sleep(0.5)  # the pool's manager thread sees them die and marks the pool broken
+        deadline = time.monotonic() + 10  # the pool's manager thread sees them die and marks the pool broken
+        while not pool._pool._broken:
+            assert time.monotonic() < deadline, "the pool was never marked broken"
+            time.sleep(0.01)
         results, lost = merge(4, pool.classify(["a", "b", "c", "d"], in_flight=2, parts=2))
         assert lost == [] and [text for _, text, _ in results] == ["a", "b", "c", "d"]
         assert not {pid for pid, _, _ in results} & first  # a fresh pool

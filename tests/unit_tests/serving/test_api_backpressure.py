@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from langchain_qwen_fast import QwenClassifier
+from langchain_qwen_fast._core import engine
+from langchain_qwen_fast.serving import api
 from langchain_qwen_fast.serving.api import create_app
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 from tests.support.fake_vllm import FakeVLLM, status
@@ -58,6 +60,17 @@ def held_service(prepared: bool = True, **kwargs: Any) -> tuple[HeldVLLM, Any, h
     return upstream, app, httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test")
 
 
+#: The set-up's cool-down after a failure and the reuse of a readiness answer, shortened from
+#: 2 s and 1 s: the readiness tests wait out both, and only their order matters.
+COOLDOWN, REUSE = 0.2, 0.2
+
+
+@pytest.fixture
+def short_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "SETUP_RETRY_COOLDOWN", COOLDOWN)
+    monkeypatch.setattr(api, "_READY_REUSE_SECONDS", REUSE)
+
+
 async def until(condition: Any, seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -73,7 +86,7 @@ async def ready_within(client: httpx.AsyncClient, seconds: float) -> httpx.Respo
         if answer.status_code == 200:
             return answer
         assert answer.status_code == 503 and time.monotonic() < deadline, answer.text
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.05)
 
 
 async def test_single_texts_and_lists_share_one_bounded_line_answered_429_with_retry_after() -> None:
@@ -113,7 +126,7 @@ async def test_a_list_goes_through_the_group_slots() -> None:
 
 
 async def test_a_request_past_its_deadline_is_answered_504_and_its_work_dropped() -> None:
-    upstream, app, client = held_service(request_timeout=0.3, groups_in_flight=1)
+    upstream, app, client = held_service(request_timeout=0.15, groups_in_flight=1)
     upstream.held = ("/v1/completions",)
     start = time.monotonic()
     answers = await asyncio.gather(
@@ -131,6 +144,7 @@ async def test_a_request_past_its_deadline_is_answered_504_and_its_work_dropped(
     assert (await client.post("/v1/classify", json={"input": "Stocks rally"})).status_code == 200
 
 
+@pytest.mark.usefixtures("short_clocks")
 async def test_ready_says_whether_set_up_is_done_and_vllm_answers_and_health_never_asks() -> None:
     upstream, _, client = held_service(prepared=False)
     upstream.fake.fail("/v1/models", status(503))
@@ -143,15 +157,16 @@ async def test_ready_says_whether_set_up_is_done_and_vllm_answers_and_health_nev
     up = await ready_within(client, 10)  # once the set-up is tried again (the engine's cool-down)
     assert up.json() == {"status": "ready", "replicas": 1, "answering": 1}
     upstream.fake.fail("/v1/models", status(500))
-    await asyncio.sleep(1.1)  # past the reuse of the last answer
+    await asyncio.sleep(REUSE + 0.05)  # past the reuse of the last answer
     assert (await client.get("/ready")).status_code == 503  # set up, but vLLM does not answer
 
 
+@pytest.mark.usefixtures("short_clocks")
 @pytest.mark.parametrize("prepared", [False, True], ids=["during-set-up", "after-set-up"])
 async def test_ready_answers_within_its_timeout_while_vllm_stalls(prepared: bool) -> None:
     """Stalled during the set-up or after it (the probe has its own timeout): /ready answers
     503 within the readiness timeout, and the set-up goes on behind it."""
-    upstream, _, client = held_service(prepared=prepared, ready_timeout=0.3)
+    upstream, _, client = held_service(prepared=prepared, ready_timeout=0.15)
     upstream.held = ("/models",)
     start = time.monotonic()
     answer = await client.get("/ready")

@@ -78,13 +78,16 @@ def group_members(leader: int) -> list[int]:
     return members
 
 
+#: The stand-in server's grace between SIGTERM and SIGKILL (vLLM's entry waits longer): short,
+#: since both its processes ignore SIGTERM and the test waits out the whole of it.
+_GRACE = 0.2
 #: A stand-in server: watches its launcher as vLLM's entry does (unless argv[1] is "off"), then
 #: starts a worker; both defer SIGTERM, as vLLM's engine core does while it is being built.
-_SERVER = """
+_SERVER = f"""
 import signal, subprocess, sys, time
 from langchain_qwen_fast.serving.vllm_cli import stop_when_orphaned
 if sys.argv[1] == "on":
-    assert stop_when_orphaned(poll=0.05, grace=1.0) is not None
+    assert stop_when_orphaned(poll=0.05, grace={_GRACE}) is not None
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 print(worker.pid, flush=True)
@@ -117,7 +120,9 @@ def test_an_orphaned_server_stops_its_whole_group(tmp_path: Path, watch: bool) -
         assert len(group_members(leader)) == 2  # the server and its worker
         launcher.kill()  # nothing of the launcher runs after this
         launcher.wait(10)
-        deadline = time.monotonic() + (10 if watch else 2)  # unwatched, it would run on: a moment shows that
+        # Unwatched, it would run on: a moment (twice what a watched one takes to be
+        # stopped: the poll, the stopper's start, the grace) shows that.
+        deadline = time.monotonic() + (10 if watch else 2 * (0.05 + 0.1 + _GRACE))
         while group_members(leader) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (not group_members(leader)) is watch
