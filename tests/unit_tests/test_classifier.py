@@ -664,7 +664,7 @@ async def test_one_prompt_in_flight_bound(replicas: int, settings: dict[str, Any
     classifier = make(fake, base_url=urls, http_transport=holding(fake, peak, seen), **settings)
     await classifier.aprepare()
     seen["armed"] = 1
-    texts = headlines(peak + 200)
+    texts = headlines(peak + 24)  # more than the bound: a few texts wait for a slot
     assert await classifier.abatch(texts, config=config) == make(FakeVLLM()).batch(texts)
     assert seen["peak"] == peak
 

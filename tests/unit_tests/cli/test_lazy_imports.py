@@ -5,6 +5,7 @@ one has imported everything already."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -29,19 +30,21 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
 
 
-def run_main(*argv: str) -> tuple[int, set[str]]:
-    """``qwen-fast ARGV`` in a fresh interpreter: its exit code and the modules it imported."""
+@functools.cache
+def run_main(*argv: str) -> tuple[int, frozenset[str]]:
+    """``qwen-fast ARGV`` in a fresh interpreter: its exit code and the modules it imported
+    (one interpreter for each command line, whichever tests ask)."""
     done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv)], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    return int(report["code"] or 0), set(report["modules"])
+    return int(report["code"] or 0), frozenset(report["modules"])
 
 
-def heavy_in(modules: set[str]) -> list[str]:
+def heavy_in(modules: frozenset[str]) -> list[str]:
     return sorted(m for m in modules if m.split(".")[0] in HEAVY)
 
 
-def command_modules_in(modules: set[str]) -> set[str]:
+def command_modules_in(modules: frozenset[str]) -> set[str]:
     """The command modules among ``modules`` (shared helpers of ``cli/`` do not count)."""
     return modules & {command.module for command in COMMANDS.values()}
 
