@@ -238,18 +238,19 @@ def _time_path(path: str, options: JobBenchOptions, classifier: Any, texts: list
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from langchain_qwen_fast.jobs.ray_data import RayOptions, classify_dataset
+    from langchain_qwen_fast.jobs.ray_job import RayOptions, classify_dataset
 
     source = work / "in.parquet"
     pq.write_table(pa.table({"text": texts}), source)
     server = options.server
-    job = ClassifyOptions(str(source), str(work / "out"), base_url=server.base_url, model=server.model, **quiet)
+    job = ClassifyOptions(str(source), str(work / "out"), base_url=server.base_url, model=server.model, fresh=True,
+                          **quiet)  # fmt: skip
     actors = options.extras.ray_actors
-    on_ray = RayOptions(shard_rows=max(1, -(-load.rows // (2 * actors))), actors=actors, actor_cpus=0.5,
+    on_ray = RayOptions(actors=(actors, actors), actor_cpus=0.5,
                         batch_rows=min(8192, max(1, load.rows // (4 * actors))))  # fmt: skip
     t0 = time.perf_counter()
     ray_report = classify_dataset(job, on_ray)
-    return time.perf_counter() - t0, ray_report.error_rows + load.rows - ray_report.classified_rows
+    return time.perf_counter() - t0, ray_report.errors + load.rows - ray_report.rows
 
 
 @contextlib.contextmanager
@@ -264,7 +265,7 @@ def _ray_for(options: JobBenchOptions) -> Iterator[None]:
     require_extra("ray", "ray", "pyarrow", what="the benchmark's Ray path")
     import ray
 
-    from langchain_qwen_fast.jobs.ray_data import cluster_address
+    from langchain_qwen_fast.jobs.ray_job import cluster_address
 
     if ray.is_initialized():
         yield

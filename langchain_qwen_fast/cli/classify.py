@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 import sys
 
-from langchain_qwen_fast.cli.options import defaults, options_from
+from langchain_qwen_fast.cli.options import defaults, options_from, whole_numbers
 from langchain_qwen_fast.jobs.job import SYSTEMATIC_ROWS, ClassifyOptions, JobStopped
-from langchain_qwen_fast.jobs.ray_data import RayJobReport, RayOptions, cluster_address
+from langchain_qwen_fast.jobs.ray_job import RayOptions, cluster_address
 
 DESCRIPTION = f"""\
 Label every row of a table with a classifier, in a stream that resumes where it stopped.
@@ -50,11 +50,16 @@ label. Filled in, it trains the next model as it is. The API key comes from VLLM
 Needs the 'jobs' extra (pyarrow, tqdm, matplotlib).
 
 With --ray ADDRESS (auto, ray://HOST:10001, or local for a Ray started here and stopped at the
-end) the rows are classified on a Ray cluster instead: the input is read with Ray Data and cut
-into shards of --shard-rows rows, a pool of --actors classifier actors labels them (each on its
-own node's servers: --base-url may name a --urls-file that every node has), and OUT is a folder
-of one Parquet file per shard, in input order; a re-run skips the shards already written. Needs
-the 'ray' extra. No review file, progress bar or histogram on that path (docs/gpu-deployment.md).
+end) the job is a Ray Data pipeline: the input (a file, a folder, a glob; local paths every
+node sees, s3://, gs://) is read on the workers, classified by an autoscaling pool of
+--actors MIN,MAX actors (each over its own node's servers: --base-url may name a --urls-file
+that every node has; or, with --vllm-model, a vLLM engine inside each actor), and written
+from the workers into the folder OUT, a dataset any Parquet, JSON or CSV reader opens
+(the job's files in it start with _ and readers skip them). An error that is not the row's
+own retries the batch on Ray; killed at any moment, the same command carries on from the
+rows written (keyed on --id-column, or on each row's file and place). At the end:
+OUT/_report.json, OUT/_histogram.png and, with --review-out, the review file, counted on the
+workers. Needs the 'ray' extra (docs/gpu-deployment.md).
 """
 
 
@@ -91,11 +96,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     ray = p.add_argument_group("on a Ray cluster (the 'ray' extra)")
     ray.add_argument("--ray", metavar="ADDRESS", help="auto, ray://HOST:10001, or local (a Ray started for the job)")
-    ray.add_argument("--shard-rows", type=int, help="rows per shard and output file (default: %(default)s)")
-    ray.add_argument("--actors", type=int, help="classifier actors across the cluster (default: %(default)s)")
+    ray.add_argument("--actors", type=whole_numbers, help="classifier actors: N, or MIN,MAX to scale between")
     ray.add_argument("--actor-cpus", type=float, help="logical CPUs each actor takes (default: %(default)s)")
     ray.add_argument("--batch-rows", type=int, help="rows per actor call (default: %(default)s)")
-    p.set_defaults(**defaults(ClassifyOptions), **defaults(RayOptions), ray=None)
+    ray.add_argument(
+        "--batches-in-flight", type=int, help="actor calls each actor works on at once (default: %(default)s)"
+    )
+    ray.add_argument("--id-column", help="the input's unique row id (default: one from each row's file and place)")
+    ray.add_argument("--vllm-model", help="run a vLLM engine of this model inside each actor (no servers needed)")
+    ray.add_argument(
+        "--vllm-arg", dest="vllm_args", action="append", help="a vllm serve flag for those engines (repeatable)"
+    )
+    ray.add_argument("--gpus-per-actor", type=float, help="GPUs each in-actor engine takes (default: %(default)s)")
+    p.set_defaults(**defaults(ClassifyOptions), **{**defaults(RayOptions), "vllm_args": None}, ray=None)
 
 
 def classify_options(args: argparse.Namespace) -> ClassifyOptions:
@@ -113,15 +126,16 @@ def ray_options(args: argparse.Namespace) -> RayOptions | None:
     if args.ray is None:
         return None
     options = options_from(RayOptions, args)
-    return dataclasses.replace(options, address=cluster_address(args.ray))
-
-
-def ray_summary(report: RayJobReport) -> str:
-    """The lines printed when a Ray job ends."""
-    return (
-        f"wrote {len(report.written)} shard(s) to {report.output} ({len(report.skipped)} already there); "
-        f"{report.rows} rows in {report.shards} shard(s), {report.classified_rows} classified now, "
-        f"{report.error_rows} with an error, {report.rows_per_second:.1f} rows/s"
+    actors = tuple(args.actors) if args.actors else options.actors
+    if len(actors) == 1:
+        actors = (actors[0], actors[0])
+    if len(actors) != 2:
+        raise argparse.ArgumentTypeError(f"--actors is N or MIN,MAX, got {args.actors}")
+    return dataclasses.replace(
+        options,
+        address=cluster_address(args.ray),
+        actors=(int(actors[0]), int(actors[1])),
+        vllm_args=tuple(args.vllm_args or ()),
     )
 
 
@@ -130,13 +144,18 @@ def run(args: argparse.Namespace) -> int:
     the servers failed, 4: too many input errors); other errors reach ``qwen-fast``'s one rule
     (exit code 1)."""
     options, on_ray = classify_options(args), ray_options(args)
-    if on_ray is not None:
-        from langchain_qwen_fast.jobs.ray_data import classify_dataset
+    from langchain_qwen_fast.jobs.summary import render
 
-        print(ray_summary(classify_dataset(options, on_ray)), flush=True)
+    if on_ray is not None:
+        from langchain_qwen_fast.jobs.ray_job import classify_dataset
+
+        try:
+            print(render(classify_dataset(options, on_ray)), flush=True)
+        except JobStopped as exc:
+            print(f"qwen-fast classify: {exc}", file=sys.stderr, flush=True)
+            return exc.exit_code
         return 0
     from langchain_qwen_fast.jobs.job import classify_table
-    from langchain_qwen_fast.jobs.summary import render
 
     try:
         report = classify_table(options)

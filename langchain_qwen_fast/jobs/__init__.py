@@ -9,8 +9,10 @@ Modules: ``tables`` (CSV, JSONL, Parquet and stdin in and out), ``parts`` (the c
 a resumed job carries on from, and the lock that lets one run at a time work on them), ``job``
 (:class:`ClassifyOptions`, :func:`classify_table`, and :class:`~.job.JobStopped` when the
 servers fail or too many rows have input errors), ``review`` (the review queue in ``qwen-fast
-train``'s layout), ``summary`` (the report and the confidence histogram) and ``ray_data``
-(:func:`classify_dataset` on a Ray cluster, the ``ray`` extra).
+train``'s layout), ``summary`` (the report and the confidence histogram); on Ray (the ``ray``
+extra), ``ray_data`` (:class:`ClassifyStage`, a stage for your own Ray Data pipeline),
+``ray_read`` (the input read on the workers) and ``ray_job`` (:func:`classify_dataset`,
+``qwen-fast classify --ray``).
 """
 
 from __future__ import annotations
@@ -19,15 +21,27 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
-    from langchain_qwen_fast.jobs.ray_data import RayOptions, classify_dataset
+    from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor
+    from langchain_qwen_fast.jobs.ray_job import RayOptions, classify_dataset
 
-__all__ = ["ClassifyOptions", "RayOptions", "classify_dataset", "classify_table"]
+__all__ = [
+    "ClassifyOptions",
+    "ClassifyStage",
+    "HTTPServers",
+    "RayOptions",
+    "VLLMInActor",
+    "classify_dataset",
+    "classify_table",
+]
 
 _HOMES = {
     "ClassifyOptions": "langchain_qwen_fast.jobs.job",
     "classify_table": "langchain_qwen_fast.jobs.job",
-    "RayOptions": "langchain_qwen_fast.jobs.ray_data",
-    "classify_dataset": "langchain_qwen_fast.jobs.ray_data",
+    "ClassifyStage": "langchain_qwen_fast.jobs.ray_data",
+    "HTTPServers": "langchain_qwen_fast.jobs.ray_data",
+    "VLLMInActor": "langchain_qwen_fast.jobs.ray_data",
+    "RayOptions": "langchain_qwen_fast.jobs.ray_job",
+    "classify_dataset": "langchain_qwen_fast.jobs.ray_job",
 }
 
 

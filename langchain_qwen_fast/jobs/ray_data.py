@@ -1,208 +1,264 @@
-"""Classify a dataset on a Ray cluster with Ray Data: the ``ray`` extra.
+"""Classification as a Ray Data stage: the ``ray`` extra.
 
-    from langchain_qwen_fast.jobs.job import ClassifyOptions
-    from langchain_qwen_fast.jobs.ray_data import RayOptions, classify_dataset
+    import ray
+    from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers
 
-    job = ClassifyOptions("s3://bucket/news/", "labelled/", labels=("World", "Sports"),
-                          input_format="parquet", base_url="/etc/qwen-fast/urls.txt")
-    report = classify_dataset(job, RayOptions(address="auto", actors=8))
+    stage = ClassifyStage(labels=("World", "Sports", "Business", "Sci/Tech"),
+                          engine=HTTPServers("/etc/qwen-fast/urls.txt"), concurrency=(1, 8))
+    ds = ray.data.read_parquet("s3://bucket/news/")
+    stage(ds).write_parquet("s3://bucket/labelled/")
 
-The input (a file or a folder of CSV with a header row, JSONL or Parquet, anywhere Ray Data
-reads: a local path every node sees, ``s3://``, ``gs://``...) is read with ``ray.data.read_*``
-and cut into fixed shards of ``shard_rows`` rows in input order. The shards still to do go
-through ``map_batches`` with :class:`QwenClassifierBatch`, a pool of Ray actors each holding a
-:class:`~langchain_qwen_fast.QwenClassifier` over the servers of the node it runs on (built
-there, so ``base_url`` may be the path of the node's own ``qwen-fast serve --urls-file`` file,
-or ``http://127.0.0.1:PORT/v1``), and come back to this process in input order
-(``preserve_order``), where each shard is written as one Parquet file of the output folder,
-``shard-000000.parquet``, ``shard-000001.parquet``, ...: whole or absent (written beside,
-then renamed).
+A :class:`ClassifyStage` goes into the user's own ``read_* -> map_batches -> write_*``
+pipeline: called on a ``ray.data.Dataset`` it returns a lazy one with the classification
+columns (:mod:`.columns`) added to every row, streaming, from an autoscaling pool of actors
+(``concurrency=(min, max)``), each with several batches in flight. Each actor holds a
+:class:`~langchain_qwen_fast.QwenClassifier`'s engine, built on its node, over one of two
+ways to reach vLLM (as Ray Data LLM has):
 
-Every output row is its input row's columns (one named like an added column is kept as
-``input_<name>``) and the columns of :mod:`.columns`; a row whose text is empty or missing,
-or whose request failed after the classifier's retries, gets its error in its ``error``
-column, in its place, and the batch goes on.
+* :class:`HTTPServers`: the servers on each node (``qwen-fast serve`` or ``vllm serve``),
+  ``base_url`` a URL list or the path of a node's ``--urls-file``;
+* :class:`VLLMInActor`: a vLLM engine inside each actor (``num_gpus`` reserved for it), so a
+  cluster needs no servers started by hand. The actor speaks to its engine through vLLM's
+  own OpenAI app in the same process, so the prompts and label-token log-probabilities are
+  the servers' to the bit.
 
-Run again with the same options, the job skips every shard whose file exists and classifies
-only the others; with other options it refuses (:class:`ConfigurationError` naming what
-differs) unless ``fresh``. The output folder's ``job.json`` records what the shards were made
-with. The input is read whole into Ray's object store before the shards are cut (spilled to
-disk past its size), on every run.
+Faults go the Ray way. A row's own problem (an empty text, a row the reader could not read,
+a request the server refused for its content) stays in its row's ``error`` column. Any other
+error (a server down past the client's retries, an engine that died) fails the batch, so
+Ray retries it (``task_retries``), restarting the actor if it died (``actor_restarts``):
+an outage leaves no error rows behind once it is over.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import dataclasses
-import os
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, ResponseFormatError
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
-from langchain_qwen_fast.jobs.job import ClassifyOptions, build_classifier, differences, fingerprint, renamed_columns
-from langchain_qwen_fast.jobs.parts import atomic_bytes, atomic_write
-from langchain_qwen_fast.jobs.tables import STDIN, Format, Layout, TextSource, format_of
+from langchain_qwen_fast.jobs.job import is_input_error, renamed_columns
+from langchain_qwen_fast.jobs.ray_read import PROBLEM_COLUMN
+from langchain_qwen_fast.jobs.tables import Layout, TextSource
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
 
-#: The output folder's record of the job its shards belong to.
-JOB_FILE = "job.json"
-JOB_FILE_VERSION = 1
-#: A shard's file name: its index, zero-padded, so that names sort in input order.
-SHARD_PREFIX = "shard-"
-SHARD_SUFFIX = ".parquet"
-#: The driver builds the classifier only to read its labels and settings, and sends nothing:
-#: this base URL stands in for the servers, which only the nodes' actors may see.
-_DRIVER_BASE_URL = "http://127.0.0.1:9/v1"
-#: ClassifyOptions fields this path does not do (each with why), refused when set.
-_UNSUPPORTED = {
-    "review_out": "the review file is written by `qwen-fast classify` without --ray",
-    "max_error_rate": "the error-rate stop is `qwen-fast classify`'s without --ray",
-}
+#: Where the classifier built on the driver (for its labels only, never asked anything) points.
+_NOWHERE = "http://127.0.0.1:9/v1"
 
 
 @dataclass(frozen=True)
-class RayOptions:
-    """How a job runs on Ray (``qwen-fast classify --ray ADDRESS``)."""
+class HTTPServers:
+    """vLLM servers reached over HTTP from each actor."""
 
-    #: the cluster: ``auto`` (the one this machine belongs to), ``ray://HOST:10001``, or None
-    #: for a Ray already started in this process (else a local one is started and stopped)
-    address: str | None = None
-    #: rows per shard: per output file, and the unit a re-run redoes
-    shard_rows: int = 100_000
-    #: classifier actors in the pool, across the cluster
-    actors: int = 1
-    #: logical CPUs each actor takes (its client's event loop and parsing)
-    actor_cpus: float = 1.0
-    #: custom Ray resources each actor takes: with each node started as
-    #: ``ray start --resources='{"qwen_fast": 2}'``, ``{"qwen_fast": 1}`` puts two actors a node
-    actor_resources: Mapping[str, float] = field(default_factory=dict)
-    #: rows per ``map_batches`` call: per ``QwenClassifier.batch`` call of an actor
-    batch_rows: int = 8192
+    #: URLs (comma-separated), or the path of a ``qwen-fast serve --urls-file`` file read on the
+    #: actor's node; None: the saved classifier's, else ``QWEN_FAST_BASE_URL``, else local
+    base_url: str | None = None
+    #: the served model name (None: the saved classifier's, else qwen3)
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class VLLMInActor:
+    """A vLLM engine inside each actor."""
+
+    #: the model's folder (or hub name), as ``vllm serve`` takes it
+    model: str
+    #: the name the classifier asks for (a saved classifier's ``model``)
+    served_model_name: str = "qwen3"
+    #: more ``vllm serve`` flags, e.g. ``("--dtype", "bfloat16", "--max-model-len", "512")``
+    vllm_args: tuple[str, ...] = ()
+    #: GPUs each actor reserves: 1, or 1/N for N engines a GPU (under MPS); 0 for vLLM's CPU build
+    num_gpus: float = 1.0
+
+    def args(self) -> list[str]:
+        """The engine's ``vllm serve`` arguments."""
+        return ["--model", self.model, "--served-model-name", self.served_model_name, *self.vllm_args]
+
+
+@dataclass(frozen=True)
+class ClassifyStage:
+    """A classification stage for Ray Data pipelines (see the module docstring)."""
+
+    #: a saved classifier (``qwen-fast train``'s output or ``QwenClassifier.save``'s file)...
+    classifier: str | None = None
+    #: ...or the labels
+    labels: tuple[str, ...] | None = None
+    multi_label: bool = False
+    abstain_below: float | None = None
+    #: generate or head (None: the saved classifier's, else generate)
+    mode: str | None = None
+    #: the text's column (else title and description, joined)
+    text_column: str = "text"
+    engine: HTTPServers | VLLMInActor = field(default_factory=HTTPServers)
+    #: actors: (fewest, most), Ray Data scales between them; or a fixed number
+    concurrency: tuple[int, int] | int = (1, 4)
+    #: rows per actor call
+    batch_size: int = 1024
+    #: actor calls each actor works on at once
+    batches_in_flight: int = 4
+    #: logical CPUs each actor reserves
+    num_cpus: float = 1.0
+    #: custom Ray resources each actor reserves
+    resources: Mapping[str, float] = field(default_factory=dict)
+    #: tries again of a batch that failed for the servers or the actor
+    task_retries: int = 10
+    #: restarts of an actor that died
+    actor_restarts: int = 10
+    #: a Ray actor told ``add(rows, errors)`` after each batch (how ``qwen-fast classify
+    #: --ray`` shows progress); None: no one
+    counter: Any = None
 
     def check(self) -> None:
-        """:class:`ConfigurationError` for values that cannot work."""
-        if self.shard_rows < 1 or self.actors < 1 or self.batch_rows < 1:
+        """:class:`ConfigurationError` for settings that cannot work."""
+        if (self.classifier is None) == (self.labels is None):
+            raise ConfigurationError("give a saved classifier or labels (one of them)")
+        if self.classifier is not None and self.multi_label:
+            raise ConfigurationError("multi_label is for labels; a saved classifier says whether it is multi-label")
+        if self.labels is not None and len(set(self.labels)) < 2:
+            raise ConfigurationError(f"labels needs at least two distinct labels, got {list(self.labels)}")
+        fewest, most = (self.concurrency, self.concurrency) if isinstance(self.concurrency, int) else self.concurrency
+        if not 1 <= fewest <= most:
             raise ConfigurationError(
-                f"shard_rows, actors and batch_rows must be at least 1, got "
-                f"{self.shard_rows}, {self.actors}, {self.batch_rows}"
+                f"concurrency must be N >= 1 or (min, max) with 1 <= min <= max, got {self.concurrency}"
             )
-        if self.actor_cpus < 0:
-            raise ConfigurationError(f"actor_cpus must be 0 or more, got {self.actor_cpus}")
+        if self.batch_size < 1 or self.batches_in_flight < 1:
+            raise ConfigurationError(
+                f"batch_size and batches_in_flight must be at least 1, got {self.batch_size}, {self.batches_in_flight}"
+            )
+        if self.num_cpus < 0 or self.task_retries < 0 or self.actor_restarts < 0:
+            raise ConfigurationError("num_cpus, task_retries and actor_restarts must be 0 or more")
+        if isinstance(self.engine, VLLMInActor) and not 0 <= self.engine.num_gpus <= 1:
+            raise ConfigurationError(
+                f"VLLMInActor.num_gpus is a GPU's share within [0, 1] (0: a CPU engine), got {self.engine.num_gpus}"
+            )
+
+    def build(self, base_url: str | None = None, http_transport: Any = None) -> QwenClassifier:
+        """The classifier this stage names, over ``base_url`` (default: the engine's)."""
+        from langchain_qwen_fast.classifiers import QwenClassifier
+
+        given: dict[str, Any] = {"mode": self.mode, "abstain_below": self.abstain_below}
+        if isinstance(self.engine, HTTPServers):
+            given.update(base_url=self.engine.base_url, model=self.engine.model)
+        else:
+            given["model"] = self.engine.served_model_name
+        if base_url is not None:
+            given["base_url"] = base_url
+        if http_transport is not None:
+            given["http_transport"] = http_transport
+        overrides = {name: value for name, value in given.items() if value is not None}
+        if self.classifier is not None:
+            return QwenClassifier.load(self.classifier, **overrides)
+        assert self.labels is not None
+        return QwenClassifier(labels=list(self.labels), multi_label=self.multi_label, **overrides)
+
+    def columns(self) -> BatchColumns:
+        """The columns the stage adds (the classifier is built here only to read its labels)."""
+        classifier = self.build(base_url=_NOWHERE)
+        try:
+            return BatchColumns(tuple(classifier.label_names), classifier.multi_label)
+        finally:
+            classifier.close()
+
+    def __call__(self, dataset: Any) -> Any:
+        """``dataset`` with the classification columns added, lazily (nothing runs until the
+        pipeline is consumed). Infrastructure errors retry the batch (Ray retries on
+        application errors only where the dataset's context says so: set here)."""
+        self.check()
+        require_extra("ray", "ray", "pyarrow", what="classifying on Ray")
+        import ray.data
+
+        fewest, most = (self.concurrency, self.concurrency) if isinstance(self.concurrency, int) else self.concurrency
+        engine = self.engine
+        # Ray's actor options past the named ones go through a function (its `**ray_remote_args`
+        # are on their way out).
+        actor_options: Callable[[], dict[str, Any]] = functools.partial(
+            dict,
+            max_restarts=self.actor_restarts,
+            max_task_retries=self.task_retries,
+            max_concurrency=self.batches_in_flight,
+        )
+        classified = dataset.map_batches(
+            ClassifyActor,
+            fn_constructor_kwargs={"stage": self, "columns": self.columns()},
+            batch_size=self.batch_size,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(
+                min_size=fewest, max_size=most, max_tasks_in_flight_per_actor=self.batches_in_flight
+            ),
+            num_cpus=self.num_cpus,
+            num_gpus=engine.num_gpus if isinstance(engine, VLLMInActor) and engine.num_gpus > 0 else None,
+            resources=dict(self.resources) or None,
+            ray_remote_args_fn=actor_options,
+        )
+        retry_failed_batches(classified.context)
+        return classified
 
 
-def cluster_address(given: str) -> str | None:
-    """The address to start or join Ray with for ``--ray GIVEN``: ``local`` is a Ray started in
-    this process (None), anything else (``auto``, ``ray://HOST:10001``) is joined as given."""
-    return None if given == "local" else given
-
-
-@dataclass(frozen=True)
-class RayJobReport:
-    """What a Ray job did."""
-
-    output: Path
-    #: input rows, and shards of ``shard_rows`` they make
-    rows: int
-    shards: int
-    #: shards whose file existed and were skipped, and those classified and written this run
-    skipped: list[int]
-    written: list[int]
-    #: rows classified this run, and those of them with an error
-    classified_rows: int
-    error_rows: int
-    seconds: float
-
-    @property
-    def rows_per_second(self) -> float:
-        """Rows classified this run per second of the run (reading included)."""
-        return self.classified_rows / self.seconds if self.seconds > 0 else 0.0
-
-
-# -- shards ----------------------------------------------------------------------------------
-def shard_name(index: int) -> str:
-    """The file name of shard ``index``: ``shard-000042.parquet``."""
-    if index < 0:
-        raise ConfigurationError(f"a shard index is 0 or more, got {index}")
-    return f"{SHARD_PREFIX}{index:06d}{SHARD_SUFFIX}"
-
-
-def shard_bounds(rows: int, shard_rows: int) -> list[tuple[int, int]]:
-    """Each shard's ``(start, stop)`` rows: fixed runs of ``shard_rows``, the last one shorter."""
-    if shard_rows < 1:
-        raise ConfigurationError(f"shard_rows must be at least 1, got {shard_rows}")
-    return [(start, min(start + shard_rows, rows)) for start in range(0, rows, shard_rows)]
-
-
-def pending_shards(output: Path, shards: int) -> list[int]:
-    """The shards of ``output`` still to do: those without their file."""
-    return [i for i in range(shards) if not (output / shard_name(i)).is_file()]
-
-
-def shard_files(output: Path) -> list[Path]:
-    """The shard files in ``output``, in input order."""
-    if not output.is_dir():
-        return []
-    return sorted(p for p in output.iterdir() if p.name.startswith(SHARD_PREFIX) and p.name.endswith(SHARD_SUFFIX))
+def retry_failed_batches(context: Any) -> None:
+    """Have Ray retry a batch whose actor call raised (only the servers' and actors' errors
+    raise; a row's own stays in its row), as it retries one whose actor died."""
+    context.actor_task_retry_on_errors = True
 
 
 # -- one batch ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BatchColumns:
-    """How a batch's output columns are made: the input's, renamed where they clash with an
-    added one, then the added columns with their types (:class:`~.tables.Layout`)."""
+    """How a batch's output columns are made: the input's (less the read problem), renamed
+    where they clash with an added one, then the added columns with their types."""
 
     labels: tuple[str, ...]
     multi_label: bool
-    renames: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def added(self) -> list[str]:
         return added_columns(self.labels, self.multi_label)
 
     def assemble(self, table: Any, results: Sequence[Classification | BaseException]) -> Any:
-        """``table`` (a ``pyarrow.Table``) with its columns renamed and the added columns of
-        ``results`` (one per row, in order) after them."""
+        """``table`` (a ``pyarrow.Table``) with the added columns of ``results`` (one per row,
+        in order) after its own."""
         import pyarrow as pa
 
         if len(results) != table.num_rows:
             raise ResponseFormatError(f"{len(results)} results for {table.num_rows} rows")
-        if self.renames:
-            table = table.rename_columns([self.renames.get(name, name) for name in table.column_names])
+        if PROBLEM_COLUMN in table.column_names:
+            table = table.drop_columns([PROBLEM_COLUMN])
+        renames = renamed_columns(table.column_names, self.added)
+        if renames:
+            table = table.rename_columns([renames.get(name, name) for name in table.column_names])
         rows = [result_columns(r, self.labels, self.multi_label) for r in results]
-        layout = Layout("parquet", [], self.added, self.multi_label)
-        for spec in layout.schema():
+        for spec in Layout("parquet", [], self.added, self.multi_label).schema():
             table = table.append_column(spec, pa.array([row[spec.name] for row in rows], type=spec.type))
         return table
 
 
 def texts_of(table: Any, source: TextSource) -> list[Any]:
-    """Each row's value to classify (:class:`~.tables.TextSource`: the text column, else title
-    and description), or the error it has instead."""
+    """Each row's value to classify (its text column, else title and description), or the
+    error it has instead (a read problem, a missing column)."""
     names = [n for n in (source.column, "title", "description") if n in table.column_names]
     if source.column in names:
         names = [source.column]
     picked = table.select(names).to_pylist() if names else [{}] * table.num_rows
+    problems = table.column(PROBLEM_COLUMN).to_pylist() if PROBLEM_COLUMN in table.column_names else None
     values: list[Any] = []
-    for cells in picked:
+    for i, cells in enumerate(picked):
         value, problem = source.of(cells)
+        if problems is not None and problems[i] is not None:
+            problem = problems[i]
         values.append(DataFileError(f"the row {problem}") if problem is not None else value)
     return values
 
 
-def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> list[Classification | BaseException]:
-    """Each value's classification or error, in order: values that are already an error keep
-    it without a request; the others go in one ``QwenClassifier.batch``, which puts the error
-    of a value that is not text to classify in its place."""
+async def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> list[Classification | BaseException]:
+    """Each value's classification or its own error, in order. Values that are already an
+    error keep it without a request. An error that is not the row's own (the servers', the
+    way to them) is raised: the batch is tried again, not written with it."""
     results: list[Classification | BaseException | None] = [None] * len(values)
     readable = []
     for i, value in enumerate(values):
@@ -211,213 +267,66 @@ def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> list[Cla
         else:
             readable.append(i)
     if readable:
-        picked = [values[i] for i in readable]
-        for i, result in zip(readable, classifier.engine.classify(picked)):
+        answers = await classifier.engine.aclassify([values[i] for i in readable])
+        for i, result in zip(readable, answers):
+            if isinstance(result, BaseException) and not is_input_error(result):
+                raise result
             results[i] = result
     return [r for r in results if r is not None]
 
 
-class QwenClassifierBatch:
-    """The ``map_batches`` callable: built once per Ray actor, on its node, it holds the
-    classifier ``options`` name (:func:`~.job.build_classifier`: a saved classifier or labels,
-    ``base_url`` a URL list or a ``--urls-file`` path read on that node) and turns each
-    ``pyarrow.Table`` batch into the same rows with the added columns.
+class ClassifyActor:
+    """The ``map_batches`` callable: one per Ray actor, built on its node. Its engine (the
+    classifier, and with :class:`VLLMInActor` the vLLM engine under it) starts on the first
+    batch, in the actor's event loop, where every batch then runs.
 
-    ``classifier`` (tests, or a process that is its own worker): use this one instead.
-    """
+    ``classifier`` (tests, or a process that is its own worker): use this one instead."""
 
-    def __init__(
-        self,
-        options: ClassifyOptions,
-        columns: BatchColumns,
-        classifier: QwenClassifier | None = None,
-    ) -> None:
-        self.classifier = build_classifier(options) if classifier is None else classifier
+    def __init__(self, stage: ClassifyStage, columns: BatchColumns, classifier: QwenClassifier | None = None) -> None:
+        self.stage = stage
         self.columns = columns
-        self.source = TextSource(options.text_column)
+        self.source = TextSource(stage.text_column)
+        self._classifier: QwenClassifier | None = classifier
+        self._engine: Any = None
+        self._starting: asyncio.Lock | None = None
 
-    def __call__(self, table: Any) -> Any:
-        return self.columns.assemble(table, classify_rows(self.classifier, texts_of(table, self.source)))
+    async def classifier(self) -> QwenClassifier:
+        """The actor's classifier, started on first use."""
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._classifier is None:
+                engine = self.stage.engine
+                if isinstance(engine, VLLMInActor):
+                    from langchain_qwen_fast.serving.in_process import InProcessVLLM
 
+                    self._engine = InProcessVLLM(engine.args())
+                    await self._engine.start()
+                    self._classifier = self.stage.build(self._engine.base_url, self._engine.transport)
+                else:
+                    self._classifier = self.stage.build()
+            return self._classifier
 
-# -- the job -----------------------------------------------------------------------------------
-def check_options(options: ClassifyOptions, ray_options: RayOptions) -> Format:
-    """Refuse what this path cannot do; the input's table kind."""
-    options.check()
-    ray_options.check()
-    for name, why in _UNSUPPORTED.items():
-        if getattr(options, name) is not None:
-            raise ConfigurationError(f"--{name.replace('_', '-')} is not done on Ray: {why}")
-    if options.input == STDIN:
-        raise ConfigurationError("--ray reads a file or folder that the cluster's nodes can read, not stdin")
-    if options.output_format not in (None, "parquet"):
-        raise ConfigurationError(f"--ray writes a folder of Parquet shards, not {options.output_format}")
-    return format_of(options.input, options.input_format, "--input-format")
-
-
-def job_record(
-    options: ClassifyOptions, classifier: QwenClassifier, kind: Format, rows: int, shard_rows: int
-) -> dict[str, Any]:
-    """What must be the same for a re-run to keep the shards already written: the input, how it
-    is read, the classifier's configuration (:func:`~.job.fingerprint`), its rows and the
-    shard size."""
-    same = fingerprint(dataclasses.replace(options, input=STDIN, review_out=None), classifier, (kind, "parquet"))
-    for key in ("input", "review_below", "review_sample", "review_seed"):
-        same.pop(key, None)
-    return {"input": options.input, **same, "rows": rows, "shard_rows": shard_rows}
+    async def __call__(self, table: Any) -> Any:
+        classifier = await self.classifier()
+        results = await classify_rows(classifier, texts_of(table, self.source))
+        if self.stage.counter is not None:
+            errors = sum(isinstance(result, BaseException) for result in results)
+            await self.stage.counter.add.remote(len(results), errors)
+        return self.columns.assemble(table, results)
 
 
-def classify_dataset(options: ClassifyOptions, ray_options: RayOptions | None = None) -> RayJobReport:
-    """Classify ``options.input`` on Ray into the folder ``options.out`` (see the module
-    docstring) and return the report. Uses the Ray already started in this process if there
-    is one, else connects to ``ray_options.address`` (and disconnects at the end)."""
-    ray_options = ray_options or RayOptions()
-    kind = check_options(options, ray_options)
-    require_extra("ray", "ray", "pyarrow", what="classifying on Ray")
-    import ray
-
-    labels_only = build_classifier(dataclasses.replace(options, base_url=_DRIVER_BASE_URL))
-    columns = BatchColumns(tuple(labels_only.label_names), labels_only.multi_label)
-    started = time.perf_counter()
-    own = not ray.is_initialized()
-    if own:
-        ray.init(address=ray_options.address)
-    try:
-        with _ordered():
-            return _run(options, ray_options, kind, labels_only, columns, started)
-    finally:
-        labels_only.close()
-        if own:
-            ray.shutdown()
-
-
-def _run(
-    options: ClassifyOptions,
-    ray_options: RayOptions,
-    kind: Format,
-    labels_only: QwenClassifier,
-    columns: BatchColumns,
-    started: float,
-) -> RayJobReport:
-    import ray
-
-    dataset = _read(kind, options.input).materialize()
-    rows = dataset.count()
-    names = list(dataset.columns() or [])
-    columns = dataclasses.replace(columns, renames=renamed_columns(names, columns.added))
-    output = Path(options.out)
-    record = job_record(options, labels_only, kind, rows, ray_options.shard_rows)
-    open_output(output, record, fresh=options.fresh)
-    bounds = shard_bounds(rows, ray_options.shard_rows)
-    pending = pending_shards(output, len(bounds))
-    skipped = sorted(set(range(len(bounds))) - set(pending))
-    if not pending:
-        return RayJobReport(output, rows, len(bounds), skipped, [], 0, 0, time.perf_counter() - started)
-    parts = dataset.split_at_indices([stop for _, stop in bounds[:-1]])
-    # The pending shards' blocks, in input order: Dataset.union does not keep the order of
-    # its inputs' blocks (seen with Ray 2.60 on JSONL input), a dataset of block refs does.
-    selected = ray.data.from_arrow_refs([ref for i in pending for ref in parts[i].to_arrow_refs()])
-    classified = selected.map_batches(
-        QwenClassifierBatch,
-        fn_constructor_kwargs={"options": options, "columns": columns},
-        batch_size=ray_options.batch_rows,
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=ray_options.actors),
-        num_cpus=ray_options.actor_cpus,
-        resources=dict(ray_options.actor_resources) or None,
+def stage_of(options: Any, engine: HTTPServers | VLLMInActor, **settings: Any) -> ClassifyStage:
+    """The stage of a ``qwen-fast classify`` job's options (:class:`~.job.ClassifyOptions`)."""
+    if isinstance(engine, HTTPServers):
+        engine = dataclasses.replace(engine, base_url=options.base_url or engine.base_url, model=options.model)
+    return ClassifyStage(
+        classifier=options.classifier,
+        labels=options.labels,
+        multi_label=options.multi_label,
+        abstain_below=options.abstain_below,
+        mode=options.mode,
+        text_column=options.text_column,
+        engine=engine,
+        **settings,
     )
-    sizes = [bounds[i][1] - bounds[i][0] for i in pending]
-    errors = 0
-    for index, table in zip(
-        pending, cut_into_shards(classified.iter_batches(batch_format="pyarrow", batch_size=None), sizes)
-    ):
-        errors += table.num_rows - table.column("error").null_count
-        _write_shard(output / shard_name(index), table)
-    return RayJobReport(output, rows, len(bounds), skipped, pending, sum(sizes), errors, time.perf_counter() - started)
-
-
-def _read(kind: Format, path: str) -> Any:
-    import ray.data
-
-    if kind == "parquet":
-        return ray.data.read_parquet(path)
-    if kind == "csv":
-        return ray.data.read_csv(path)
-    return ray.data.read_json(path, lines=True)
-
-
-@contextlib.contextmanager
-def _ordered() -> Iterator[None]:
-    """Ray Data keeps the order of blocks between operators while this is on."""
-    import ray.data
-
-    options = ray.data.DataContext.get_current().execution_options
-    before = options.preserve_order
-    options.preserve_order = True
-    try:
-        yield
-    finally:
-        options.preserve_order = before
-
-
-def open_output(output: Path, record: dict[str, Any], *, fresh: bool) -> None:
-    """The output folder with this job's record: a new one, one of the same job (its shards
-    kept), or, with ``fresh``, one whose shards are removed. Another job's: refused."""
-    file = output / JOB_FILE
-    if output.exists() and not output.is_dir():
-        raise ConfigurationError(f"--out is a file; --ray writes a folder of shards: {output}")
-    saved: dict[str, Any] | None = None
-    if file.is_file():
-        try:
-            saved = dict(orjson.loads(file.read_bytes()))
-        except orjson.JSONDecodeError as exc:
-            raise DataFileError(f"{file} cannot be read ({exc}); remove {output} to start over") from None
-    elif shard_files(output):
-        raise ConfigurationError(f"{output} holds shards without {JOB_FILE}; remove them or pick another --out")
-    if saved is not None and not fresh:
-        if saved.get("version") != JOB_FILE_VERSION:
-            raise DataFileError(f"{file} has version {saved.get('version')}; this release reads {JOB_FILE_VERSION}")
-        found = differences(saved.get("job", {}), record)
-        if found:
-            raise ConfigurationError(
-                f"{output} holds shards of another job ({'; '.join(found)}): give fresh (--fresh) or another --out"
-            )
-        return
-    for shard in shard_files(output):
-        shard.unlink()
-    output.mkdir(parents=True, exist_ok=True)
-    atomic_bytes(file, orjson.dumps({"version": JOB_FILE_VERSION, "job": record}, option=orjson.OPT_INDENT_2))
-
-
-def cut_into_shards(tables: Iterable[Any], sizes: Sequence[int]) -> Iterator[Any]:
-    """The stream of ``pyarrow`` tables in order, cut into one table of each size in turn."""
-    import pyarrow as pa
-
-    pieces: list[Any] = []
-    held = 0
-    wanted = iter(sizes)
-    size = next(wanted, None)
-    for table in tables:
-        while table.num_rows and size is not None:
-            take = min(size - held, table.num_rows)
-            pieces.append(table.slice(0, take))
-            table, held = table.slice(take), held + take
-            if held == size:
-                yield pa.concat_tables(pieces)
-                pieces, held, size = [], 0, next(wanted, None)
-        if table.num_rows:
-            raise DataFileError(f"Ray returned {table.num_rows} rows more than the shards hold")
-    if size is not None:
-        raise DataFileError(f"Ray returned {held} rows of a {size}-row shard, then nothing more")
-
-
-def _write_shard(target: Path, table: Any) -> None:
-    import pyarrow.parquet as pq
-
-    def write(path: Path) -> None:
-        with path.open("wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-
-    atomic_write(target, write)

@@ -40,8 +40,9 @@ def stratum(result: Classification) -> str:
 
 
 def error_kind(error: BaseException) -> str:
-    """An error's kind in the counts: its type's name."""
-    return type(error).__name__
+    """An error's kind in the counts: its type's name (or, read back from a written row, the
+    name its text starts with)."""
+    return str(getattr(error, "kind", type(error).__name__))
 
 
 @dataclass

@@ -133,11 +133,24 @@ class TableReader:
     """Rows of a table, one at a time: :meth:`rows`; its columns once the first rows are read
     (:attr:`columns`); :meth:`count` counts the rows first, where the source can be read twice."""
 
-    def __init__(self, path: str, kind: Format, text: TextSource, *, scan_keys: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        kind: Format,
+        text: TextSource,
+        *,
+        scan_keys: bool = False,
+        stream: IO[bytes] | None = None,
+    ) -> None:
         """``scan_keys``: a JSONL file's columns are the keys of all its rows (read once in
-        :meth:`count`); otherwise of the first :data:`KEY_SCAN_ROWS` rows."""
-        if path != STDIN and not Path(path).is_file():
+        :meth:`count`); otherwise of the first :data:`KEY_SCAN_ROWS` rows. ``stream``: read
+        the CSV or JSONL rows from this open file (Ray Data's readers hand one over, from any
+        filesystem) instead of opening ``path``, which then only names it."""
+        if stream is not None and kind == "parquet":
+            raise ConfigurationError("a Parquet table is read from its path, not a stream")
+        if stream is None and path != STDIN and not Path(path).is_file():
             raise DataFileError(f"no such file: {path}")
+        self.stream = stream
         if kind == "parquet":
             require_parquet()
         self.path = path
@@ -187,8 +200,9 @@ class TableReader:
     def _open_text(self) -> IO[str]:
         # Bytes that are not UTF-8 come through as lone surrogates (found and marked per row).
         csv.field_size_limit(2**31 - 1)  # an oversize text reaches the classifier's length check
-        if self.path == STDIN:
-            return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape", newline="")
+        if self.stream is not None or self.path == STDIN:
+            source = sys.stdin.buffer if self.stream is None else self.stream
+            return io.TextIOWrapper(source, encoding="utf-8", errors="surrogateescape", newline="")
         return open(self.path, encoding="utf-8", errors="surrogateescape", newline="")
 
     def _ag_news(self) -> bool:
@@ -259,7 +273,11 @@ class TableReader:
 
     # -- JSONL ----------------------------------------------------------------------------
     def _jsonl_rows(self) -> Iterator[InputRow]:
-        source: IO[bytes] = sys.stdin.buffer if self.path == STDIN else open(self.path, "rb")  # noqa: SIM115
+        source: IO[bytes]
+        if self.stream is not None:
+            source = self.stream
+        else:
+            source = sys.stdin.buffer if self.path == STDIN else open(self.path, "rb")  # noqa: SIM115
         try:
             buffered: list[InputRow] = []
             keys: dict[str, None] = dict.fromkeys(self._scanned or [])
@@ -286,7 +304,7 @@ class TableReader:
                 self._check_text_column(self.columns, "key")
                 yield from buffered
         finally:
-            if source is not sys.stdin.buffer:
+            if source is not sys.stdin.buffer and source is not self.stream:
                 source.close()
 
     def _jsonl_row(self, place: str, line: bytes) -> InputRow:

@@ -1,9 +1,13 @@
-"""The Ray path's pure parts against a canned vLLM (no network, no Ray): the batch callable's
-columns and errors in place, shard naming, cutting and skipping, the job record, the options
-it refuses, and the missing extra."""
+"""The Ray path's pure parts against a canned vLLM (no network, no Ray cluster): the stage's
+actor (columns, errors in place, the servers' errors raised for Ray to retry), the reader's
+tables and row ids, the output folder and its job record, the input's files, the report read
+back from written rows, the options refused, and the missing extra."""
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,26 +16,28 @@ import pyarrow as pa
 import pytest
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError, MissingDependencyError
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError, MissingDependencyError, TransportError
 from langchain_qwen_fast.jobs.columns import added_columns
 from langchain_qwen_fast.jobs.job import ClassifyOptions
-from langchain_qwen_fast.jobs.ray_data import (
+from langchain_qwen_fast.jobs.ray_data import BatchColumns, ClassifyActor, ClassifyStage, HTTPServers, VLLMInActor
+from langchain_qwen_fast.jobs.ray_job import (
     JOB_FILE,
-    BatchColumns,
-    QwenClassifierBatch,
+    Location,
     RayOptions,
     check_options,
     classify_dataset,
-    cut_into_shards,
-    job_record,
+    cluster_address,
+    count_block,
+    input_files,
     open_output,
-    pending_shards,
-    shard_bounds,
-    shard_files,
-    shard_name,
+    result_of,
 )
+from langchain_qwen_fast.jobs.ray_read import PROBLEM_COLUMN, ROW_ID_COLUMN, row_id, rows_table
+from langchain_qwen_fast.jobs.review import ReviewOptions
+from langchain_qwen_fast.jobs.summary import Counts
+from langchain_qwen_fast.jobs.tables import InputRow, TableReader, TextSource
 from langchain_qwen_fast.testing.samples import headlines
-from tests.support.fake_vllm import FakeVLLM
+from tests.support.fake_vllm import FakeVLLM, status
 
 LABELS = ("World", "Sports", "Business", "Sci/Tech")
 URL = "http://vllm.test/v1"
@@ -41,53 +47,64 @@ def classifier(fake: FakeVLLM, **kwargs: Any) -> QwenClassifier:
     return QwenClassifier(labels=list(LABELS), base_url=URL, http_transport=fake.transport, **kwargs)
 
 
+def actor(fake: FakeVLLM, *, multi_label: bool = False, **kwargs: Any) -> Any:
+    """The stage's actor over the canned server, as a function of a table."""
+    stage = ClassifyStage(labels=LABELS, multi_label=multi_label, **kwargs)
+    runner = ClassifyActor(stage, BatchColumns(LABELS, multi_label), classifier(fake, multi_label=multi_label))
+    return lambda table: asyncio.run(runner(table))
+
+
 def options(tmp_path: Path, **kwargs: Any) -> ClassifyOptions:
     settings: dict[str, Any] = {
-        "input": str(tmp_path / "in"),
+        "input": str(tmp_path / "in.parquet"),
         "out": str(tmp_path / "out"),
         "labels": LABELS,
-        "input_format": "parquet",
     }
     return ClassifyOptions(**{**settings, **kwargs})
 
 
-def batch(fake: FakeVLLM, tmp_path: Path, *, multi_label: bool = False, **kwargs: Any) -> QwenClassifierBatch:
-    columns = BatchColumns(LABELS, multi_label, kwargs.pop("renames", {}))
-    return QwenClassifierBatch(options(tmp_path, **kwargs), columns, classifier(fake, multi_label=multi_label))
-
-
-# -- the batch callable -------------------------------------------------------------------
-def test_batch_keeps_every_column_and_adds_the_job_columns_with_errors_in_place(tmp_path: Path) -> None:
+# -- the stage's actor ------------------------------------------------------------------------
+def test_a_batch_keeps_every_column_and_adds_the_job_columns_with_errors_in_place() -> None:
     fake = FakeVLLM()
     texts: list[Any] = headlines(40)
     texts[3], texts[17] = "  ", None
     table = pa.table({"id": list(range(40)), "text": texts, "score": [i / 2 for i in range(40)]})
-    out = batch(fake, tmp_path)(table)
+    out = actor(fake)(table)
     assert out.column_names == ["id", "text", "score", *added_columns(LABELS, False)]
     assert out.column("id").to_pylist() == list(range(40)) and out.column("text").to_pylist() == texts
     assert out.schema.field("id").type == pa.int64() and out.schema.field("p_World").type == pa.float64()
     rows = out.to_pylist()
     assert rows[3]["error"] == "InvalidInputError: text is empty or whitespace only" and rows[3]["label"] is None
     assert rows[17]["error"] == "InvalidInputError: expected text (str), got None"
-    assert rows[3]["p_World"] is None and rows[3]["abstained"] is False
     good = [r for i, r in enumerate(rows) if i not in (3, 17)]
     assert all(r["error"] is None and r["label"] in LABELS for r in good)
-    assert all(abs(sum(r[f"p_{label}"] for label in LABELS) - 1) < 1e-6 for r in good)
     direct = classifier(fake).batch([t for i, t in enumerate(texts) if i not in (3, 17)])
     assert [r["label"] for r in good] == [d.label for d in direct]
 
 
-def test_a_request_that_fails_fails_only_its_rows(tmp_path: Path) -> None:
+def test_the_servers_errors_fail_the_batch_for_ray_to_retry_and_a_rows_own_stays_in_it() -> None:
     fake = FakeVLLM()
     texts = headlines(30)
-    texts[5] = "word " * 2000  # past the fake server's 512-token context
-    out = batch(fake, tmp_path)(pa.table({"text": texts})).to_pylist()
+    texts[5] = "word " * 2000  # past the fake server's 512-token context: the row's own error
+    out = actor(fake)(pa.table({"text": texts})).to_pylist()
     assert out[5]["error"].startswith("ContextLengthError") and out[5]["label"] is None
     assert all(r["label"] in LABELS for i, r in enumerate(out) if i != 5)
+    down = FakeVLLM()
+    down.fail("/completions", *[status(503)] * 50)
+    with pytest.raises(TransportError):
+        actor(down)(pa.table({"text": headlines(4)}))
 
 
-def test_multi_label_rows_get_the_labels_column_as_a_list_of_text(tmp_path: Path) -> None:
-    out = batch(FakeVLLM(), tmp_path, multi_label=True)(pa.table({"text": [*headlines(6), ""]}))
+def test_a_read_problem_becomes_the_rows_error_and_its_column_is_dropped() -> None:
+    table = pa.table({"text": ["Stocks rally", "{bad"], PROBLEM_COLUMN: [None, "is not JSON: x"]})
+    out = actor(FakeVLLM())(table)
+    assert out.column_names == ["text", *added_columns(LABELS, False)]
+    rows = out.to_pylist()
+    assert rows[0]["error"] is None and rows[1]["error"] == "DataFileError: the row is not JSON: x"
+
+
+def test_multi_label_rows_get_the_labels_column_as_a_list_of_text() -> None:
+    out = actor(FakeVLLM(), multi_label=True)(pa.table({"text": [*headlines(6), ""]}))
     assert out.column_names[1:] == added_columns(LABELS, True)
     assert out.schema.field("labels").type == pa.list_(pa.string())
     rows = out.to_pylist()
@@ -95,110 +112,168 @@ def test_multi_label_rows_get_the_labels_column_as_a_list_of_text(tmp_path: Path
     assert rows[6]["labels"] == [] and rows[6]["error"].startswith("InvalidInputError")
 
 
-def test_input_columns_named_like_added_ones_are_kept_renamed(tmp_path: Path) -> None:
-    table = pa.table({"text": headlines(3), "label": ["a", "b", "c"]})
-    out = batch(FakeVLLM(), tmp_path, renames={"label": "input_label"})(table)
+def test_input_columns_named_like_added_ones_are_kept_renamed_and_title_and_description_read() -> None:
+    out = actor(FakeVLLM())(pa.table({"text": headlines(3), "label": ["a", "b", "c"]}))
     assert out.column_names[:2] == ["text", "input_label"] and out.column("input_label").to_pylist() == ["a", "b", "c"]
-    assert all(label in LABELS for label in out.column("label").to_pylist())
-
-
-def test_rows_without_the_text_column_use_title_and_description_or_get_an_error(tmp_path: Path) -> None:
-    fake = FakeVLLM()
-    joined = batch(fake, tmp_path)(pa.table({"title": ["Stocks rally"], "description": ["Rates fall"]}))
+    joined = actor(FakeVLLM())(pa.table({"title": ["Stocks rally"], "description": ["Rates fall"]}))
     assert joined.column("error").to_pylist() == [None]
-    missing = batch(fake, tmp_path)(pa.table({"body": ["Stocks rally"]})).to_pylist()
+    missing = actor(FakeVLLM())(pa.table({"body": ["Stocks rally"]})).to_pylist()
     assert missing[0]["error"].startswith("DataFileError: the row has no 'text' column")
 
 
-def test_an_empty_batch_gets_the_columns_and_no_request(tmp_path: Path) -> None:
+def test_an_empty_batch_gets_the_columns_and_no_request() -> None:
     fake = FakeVLLM()
-    out = batch(fake, tmp_path)(pa.table({"text": pa.array([], pa.string())}))
+    out = actor(fake)(pa.table({"text": pa.array([], pa.string())}))
     assert out.num_rows == 0 and out.column_names == ["text", *added_columns(LABELS, False)]
     assert not fake.calls("/completions")
 
 
-# -- shards ---------------------------------------------------------------------------------
-def test_shards_are_fixed_runs_named_by_index_in_sort_order() -> None:
-    assert shard_bounds(25, 10) == [(0, 10), (10, 20), (20, 25)]
-    assert shard_bounds(20, 10) == [(0, 10), (10, 20)] and shard_bounds(0, 10) == []
-    names = [shard_name(i) for i in (0, 9, 10, 123456)]
-    assert names[0] == "shard-000000.parquet" and names == sorted(names)
-    with pytest.raises(ConfigurationError):
-        shard_bounds(5, 0)
+def test_stage_settings_that_cannot_work_are_refused() -> None:
+    for bad in (
+        ClassifyStage(),
+        ClassifyStage(labels=("A",)),
+        ClassifyStage(labels=LABELS, concurrency=(3, 2)),
+        ClassifyStage(labels=LABELS, batch_size=0),
+        ClassifyStage(labels=LABELS, engine=VLLMInActor("m", num_gpus=2)),
+        ClassifyStage(classifier="c.json", multi_label=True),
+    ):
+        with pytest.raises(ConfigurationError):
+            bad.check()
+    ClassifyStage(labels=LABELS, engine=VLLMInActor("m", num_gpus=0.25), concurrency=4).check()
+    assert VLLMInActor("/models/q", vllm_args=("--dtype", "half")).args() == [
+        "--model", "/models/q", "--served-model-name", "qwen3", "--dtype", "half"
+    ]  # fmt: skip
+    built = ClassifyStage(labels=LABELS, engine=HTTPServers("http://a/v1", "m")).build()
+    assert (built.base_url, built.model) == ("http://a/v1", "m")
 
 
-def test_only_shards_without_their_file_are_pending(tmp_path: Path) -> None:
-    for i in (0, 2, 3):
-        (tmp_path / shard_name(i)).write_bytes(b"x")
-    (tmp_path / ".tmp-shard-000001.parquet").write_bytes(b"half")
-    assert pending_shards(tmp_path, 5) == [1, 4]
-    assert [p.name for p in shard_files(tmp_path)] == [shard_name(i) for i in (0, 2, 3)]
+# -- reading ---------------------------------------------------------------------------------
+def test_row_ids_come_from_the_file_and_the_place_and_fit_signed_64_bits() -> None:
+    ids = {row_id(path, i) for path in ("a.jsonl", "b.jsonl") for i in range(1000)}
+    assert len(ids) == 2000 and all(0 <= i < 2**63 for i in ids)
+    assert row_id("a.jsonl", 7) == row_id("a.jsonl", 7)
 
 
-def test_the_ordered_stream_is_cut_into_the_shards_sizes() -> None:
-    stream = [pa.table({"n": list(range(a, b))}) for a, b in [(0, 3), (3, 4), (4, 11), (11, 12)]]
-    shards = list(cut_into_shards(iter(stream), [5, 5, 2]))
-    assert [s.column("n").to_pylist() for s in shards] == [list(range(5)), list(range(5, 10)), [10, 11]]
-    with pytest.raises(DataFileError, match="1 rows more"):
-        list(cut_into_shards(iter(stream), [5, 6]))
-    with pytest.raises(DataFileError, match="then nothing more"):
-        list(cut_into_shards(iter(stream), [12, 3]))
+def test_a_jsonl_stream_keeps_strings_and_a_bad_line_in_its_place() -> None:
+    lines = b'{"text": "007", "n": 1}\n{"text": "b", "n": "x"}\nnot json\n\n{"text": "\xff\xfe"}\n'
+    reader = TableReader("s3://bucket/a.jsonl", "jsonl", TextSource(), stream=io.BufferedReader(io.BytesIO(lines)))
+    rows = list(reader.rows())
+    table = rows_table(rows, reader.columns or [], "s3://bucket/a.jsonl", 0)
+    got = table.to_pylist()
+    assert [r["text"] for r in got[:3]] == ["007", "b", "not json"]
+    assert [r["n"] for r in got] == ["1", '"x"', None, None] or [r["n"] for r in got] == ["1", "x", None, None]
+    assert table.schema.field("n").type == pa.string()
+    assert got[2][PROBLEM_COLUMN].startswith("is not JSON") and "not UTF-8" in got[3][PROBLEM_COLUMN]
+    assert [r[ROW_ID_COLUMN] for r in got] == [row_id("s3://bucket/a.jsonl", i) for i in range(4)]
 
 
-# -- the output folder and its job record -----------------------------------------------------
-def record(tmp_path: Path, fake: FakeVLLM, **kwargs: Any) -> dict[str, Any]:
-    rows = kwargs.pop("rows", 100)
-    shard_rows = kwargs.pop("shard_rows", 10)
-    return job_record(options(tmp_path, **kwargs), classifier(fake), "parquet", rows, shard_rows)
+def test_a_column_of_one_type_keeps_its_type() -> None:
+    rows = [InputRow("line 1", {"n": 1, "text": "a"}), InputRow("line 2", {"n": 2, "text": "b"})]
+    table = rows_table(rows, ["n", "text"], "f.csv", 10)
+    assert table.schema.field("n").type == pa.int64() and table.column(ROW_ID_COLUMN).to_pylist()[0] == row_id(
+        "f.csv", 10
+    )
 
 
-def test_a_rerun_of_the_same_job_keeps_its_shards_and_another_job_is_refused(tmp_path: Path) -> None:
-    fake, out = FakeVLLM(), tmp_path / "out"
-    open_output(out, record(tmp_path, fake), fresh=False)
-    (out / shard_name(0)).write_bytes(b"done")
-    open_output(out, record(tmp_path, fake), fresh=False)
-    assert (out / shard_name(0)).is_file()
-    with pytest.raises(ConfigurationError, match="shard_rows differ: 10 vs 20"):
-        open_output(out, record(tmp_path, fake, shard_rows=20), fresh=False)
+# -- the input's files and the output folder --------------------------------------------------
+def test_the_input_is_a_file_a_folders_files_of_its_kind_or_a_globs_matches(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("a.jsonl", "b.ndjson", "sub/c.jsonl", "notes.txt", "_skip.jsonl", ".hidden.jsonl"):
+        (folder / name).write_text("{}\n")
+    _, files = input_files(options(tmp_path, input=str(folder)), "jsonl")
+    assert [Path(f.path).name for f in files] == ["a.jsonl", "b.ndjson", "c.jsonl"]
+    _, globbed = input_files(options(tmp_path, input=str(folder / "*.jsonl")), "jsonl")
+    assert [Path(f.path).name for f in globbed] == ["a.jsonl"]
+    with pytest.raises(DataFileError, match="no such file"):
+        input_files(options(tmp_path, input=str(tmp_path / "nothing")), "jsonl")
+    with pytest.raises(DataFileError, match="holds no parquet file"):
+        input_files(options(tmp_path, input=str(folder)), "parquet")
+
+
+def test_a_remote_out_stays_remote_and_a_local_one_is_made_absolute(tmp_path: Path) -> None:
+    local = Location.of("relative/out")
+    assert Path(local.path).is_absolute() and local.given == local.path
+    on_uri = Location.of(f"file://{tmp_path}/out")
+    assert on_uri.path == f"{tmp_path}/out" and on_uri.child("_job.json") == f"file://{tmp_path}/out/_job.json"
+
+
+def record(**changes: Any) -> dict[str, Any]:
+    return {"labels": list(LABELS), "text_column": "text", "files": [["/in/a.jsonl", 10, 1]], **changes}
+
+
+def test_a_rerun_of_the_same_job_keeps_its_rows_and_another_job_is_refused(tmp_path: Path) -> None:
+    out = Location.of(str(tmp_path / "out"))
+    open_output(out, record(), fresh=False)
+    (tmp_path / "out" / "part-1.parquet").write_bytes(b"done")
+    open_output(out, record(), fresh=False)
+    assert (tmp_path / "out" / "part-1.parquet").is_file()
     with pytest.raises(ConfigurationError, match="--text-column differ: text vs body"):
-        open_output(out, record(tmp_path, fake, text_column="body"), fresh=False)
-    open_output(out, record(tmp_path, fake, shard_rows=20), fresh=True)
-    assert not shard_files(out) and (out / JOB_FILE).is_file()
-    open_output(out, record(tmp_path, fake, shard_rows=20), fresh=False)
+        open_output(out, record(text_column="body"), fresh=False)
+    with pytest.raises(ConfigurationError, match="files differ"):
+        open_output(out, record(files=[["/in/a.jsonl", 11, 2]]), fresh=False)
+    open_output(out, record(files=[["/in/a.jsonl", 11, 2]]), fresh=True)
+    assert not (tmp_path / "out" / "part-1.parquet").exists() and (tmp_path / "out" / JOB_FILE).is_file()
+    assert json.loads((tmp_path / "out" / JOB_FILE).read_text())["job"]["files"] == [["/in/a.jsonl", 11, 2]]
 
 
-def test_shards_without_a_job_record_and_a_file_as_output_are_refused(tmp_path: Path) -> None:
-    fake, out = FakeVLLM(), tmp_path / "out"
-    out.mkdir()
-    (out / shard_name(0)).write_bytes(b"?")
-    with pytest.raises(ConfigurationError, match=f"without {JOB_FILE}"):
-        open_output(out, record(tmp_path, fake), fresh=False)
+def test_a_folder_of_other_files_and_a_file_as_output_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "theirs.parquet").write_bytes(b"?")
+    with pytest.raises(ConfigurationError, match="no qwen-fast job"):
+        open_output(Location.of(str(tmp_path / "out")), record(), fresh=False)
+    assert (tmp_path / "out" / "theirs.parquet").is_file()
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigurationError, match="is a file"):
-        open_output(tmp_path / "file", record(tmp_path, fake), fresh=False)
+        open_output(Location.of(str(tmp_path / "file")), record(), fresh=False)
 
 
-# -- options --------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("changes", "message"),
-    [
-        ({"review_out": "r.csv", "review_below": 0.5}, "--review-out is not done on Ray"),
-        ({"output_format": "csv"}, "folder of Parquet shards, not csv"),
-        ({"input_format": None}, "--input-format"),
-    ],
-)
-def test_options_this_path_cannot_do_are_refused_by_name(tmp_path: Path, changes: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
-        check_options(options(tmp_path, **changes), RayOptions())
+# -- the report ------------------------------------------------------------------------------
+def test_the_report_counts_written_rows_as_the_job_counts_results() -> None:
+    fake = FakeVLLM()
+    texts: list[Any] = headlines(20)
+    texts[4] = ""
+    out = actor(fake)(pa.table({"id": list(range(20)), "text": texts}))
+    written = out.to_pylist()
+    review = ReviewOptions("r.csv", below=0.99, sample=3)
+    part = count_block(out, LABELS, False, TextSource(), review, "id").to_pylist()[0]
+    counts = Counts.from_json(json.loads(part["counts"]))
+    expected = Counts()
+    for row in written:
+        expected.add(result_of(row, LABELS, False))
+    assert counts == expected and counts.rows == 20 and counts.errors == 1
+    assert counts.error_kinds == {"InvalidInputError": 1} and sum(counts.label_counts.values()) == 19
+    entries = json.loads(part["review"])
+    assert {e["row"] for e in entries} <= set(range(20)) - {4} and entries
 
 
-def test_ray_options_that_cannot_work_are_refused(tmp_path: Path) -> None:
-    assert check_options(options(tmp_path, input_format="csv"), RayOptions()) == "csv"
-    for bad in (RayOptions(shard_rows=0), RayOptions(actors=0), RayOptions(actor_cpus=-1)):
-        with pytest.raises(ConfigurationError):
-            check_options(options(tmp_path), bad)
+# -- options ---------------------------------------------------------------------------------
+def test_options_this_path_cannot_do_are_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="--max-error-rate is not done on Ray"):
+        check_options(options(tmp_path, max_error_rate=0.1), RayOptions())
     with pytest.raises(ConfigurationError, match="not stdin"):
-        check_options(options(tmp_path, input="-"), RayOptions())
+        check_options(options(tmp_path, input="-", input_format="csv"), RayOptions())
+    with pytest.raises(ConfigurationError, match="--input-format"):
+        check_options(options(tmp_path, input=str(tmp_path / "folder/")), RayOptions())
+    with pytest.raises(ConfigurationError, match="--actors"):
+        check_options(options(tmp_path), RayOptions(actors=(3, 1)))
+    assert check_options(options(tmp_path, input_format="csv", output_format="jsonl"), RayOptions()) == (
+        "csv",
+        "jsonl",
+    )
+    assert cluster_address("local") is None and cluster_address("auto") == "auto"
+
+
+def test_the_command_reads_actors_as_n_or_min_max() -> None:
+    from langchain_qwen_fast.cli.classify import ray_options
+    from langchain_qwen_fast.cli.main import build_parser
+
+    parse = build_parser().parse_args
+    base = ["classify", "in.jsonl", "--out", "o", "--labels", "A,B", "--ray", "local"]
+    assert ray_options(parse([*base, "--actors", "2,8"])).actors == (2, 8)  # type: ignore[union-attr]
+    got = ray_options(parse([*base, "--actors", "3", "--vllm-model", "m", "--vllm-arg=--dtype=half"]))
+    assert got is not None and got.actors == (3, 3) and got.vllm_args == ("--dtype=half",)
+    assert got.engine(options(Path("."))) == VLLMInActor("m", "qwen3", ("--dtype=half",), 1.0)
 
 
 def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
