@@ -113,15 +113,18 @@ async def test_multi_label_matches_the_served_model(
     assert all(result.multi_label for result in mine)
 
 
-async def test_engine_level_calls_and_blocking_calls_from_another_thread(
+async def test_engine_level_calls_and_calls_from_other_threads_and_loops(
     engine: InProcessVLLM, news_texts: list[str]
 ) -> None:
     texts = news_texts[40:48]
     model = classifier(engine.base_url, http_transport=engine.transport)
     through_engine = await model.engine.aclassify(texts)
-    # A blocking batch from a worker thread is handed to the engine's loop (running here).
+    # A blocking batch from a worker thread is handed to the engine's loop (running here), and so
+    # are the requests of an event loop of another thread.
     blocking = await asyncio.to_thread(model.batch, texts)
     assert_same(blocking, through_engine)
+    elsewhere = await asyncio.to_thread(asyncio.run, model.abatch(texts))
+    assert_same(elsewhere, through_engine)
     # On the loop's own thread a blocking call would wait on itself: refused, never the network.
     fresh = classifier(engine.base_url, http_transport=engine.transport)
     with pytest.raises(ConfigurationError, match="event-loop thread"):
