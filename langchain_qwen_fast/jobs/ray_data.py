@@ -312,8 +312,15 @@ class ClassifyActor:
         results = await classify_rows(classifier, texts_of(table, self.source))
         if self.stage.counter is not None:
             errors = sum(isinstance(result, BaseException) for result in results)
-            await self.stage.counter.add.remote(len(results), errors)
+            await self.stage.counter.add.remote(len(results), errors, peak_rss_mib())
         return self.columns.assemble(table, results)
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory, MiB (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def stage_of(options: Any, engine: HTTPServers | VLLMInActor, **settings: Any) -> ClassifyStage:

@@ -48,7 +48,7 @@ from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 from langchain_qwen_fast.jobs.columns import probability_column
 from langchain_qwen_fast.jobs.job import ClassifyOptions, InfrastructureFailure, differences, fingerprint
-from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor, stage_of
+from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor, peak_rss_mib, stage_of
 from langchain_qwen_fast.jobs.ray_read import EXTENSIONS, ROW_ID_COLUMN, read_table, row_id
 from langchain_qwen_fast.jobs.review import ReviewChunk, write_review
 from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram
@@ -244,20 +244,23 @@ def open_output(output: Location, record: dict[str, Any], *, fresh: bool) -> Non
 
 # -- progress --------------------------------------------------------------------------------
 class BatchCounter:
-    """A Ray actor the classifier actors tell of each batch they finish (its rows and errors):
-    the driver's progress line. A batch tried again is counted again, so the figures are the
-    work done, the report's the rows written."""
+    """A Ray actor the classifier actors tell of each batch they finish (its rows and errors,
+    and the actor's peak resident memory): the driver's progress line and the report's memory
+    figure. A batch tried again is counted again, so the figures are the work done, the
+    report's counts the rows written."""
 
     def __init__(self) -> None:
         self.rows = 0
         self.errors = 0
+        self.peak_rss_mib = 0.0
 
-    def add(self, rows: int, errors: int) -> None:
+    def add(self, rows: int, errors: int, peak_rss_mib: float = 0.0) -> None:
         self.rows += rows
         self.errors += errors
+        self.peak_rss_mib = max(self.peak_rss_mib, peak_rss_mib)
 
-    def totals(self) -> tuple[int, int]:
-        return self.rows, self.errors
+    def totals(self) -> tuple[int, int, float]:
+        return self.rows, self.errors, self.peak_rss_mib
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -313,7 +316,12 @@ def result_of(row: Mapping[str, Any], labels: tuple[str, ...], multi_label: bool
 # -- the job -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RayJobReport(JobReport):
-    """What a Ray job did (:class:`~.summary.JobReport`, over every row of the output)."""
+    """What a Ray job did (:class:`~.summary.JobReport`, over every row of the output), and
+    the peak resident memory of the driver and of the busiest classifier actor (MiB; an
+    in-actor vLLM engine's own engine-core process is not in it)."""
+
+    driver_peak_rss_mib: float = 0.0
+    actor_peak_rss_mib: float = 0.0
 
 
 def check_options(options: ClassifyOptions, ray_options: RayOptions) -> tuple[Format, Format]:
@@ -372,9 +380,10 @@ def classify_dataset(options: ClassifyOptions, ray_options: RayOptions | None = 
     try:
         open_output(output, record, fresh=options.fresh)
         with _checkpointing(output, ray_options.id_column or ROW_ID_COLUMN):
-            classified = _run(options, ray_options, stage, kinds, base, files, output)
+            classified, actor_peak = _run(options, ray_options, stage, kinds, base, files, output)
         seconds = time.perf_counter() - started
-        return _report(options, stage, kinds[1], output, ray_options.id_column or ROW_ID_COLUMN, classified, seconds)
+        report = _report(options, stage, kinds[1], output, ray_options.id_column or ROW_ID_COLUMN, classified, seconds)
+        return dataclasses.replace(report, driver_peak_rss_mib=round(peak_rss_mib(), 1), actor_peak_rss_mib=actor_peak)
     finally:
         if own:
             ray.shutdown()
@@ -408,8 +417,8 @@ def _run(
     base: Location,
     files: list[Any],
     output: Location,
-) -> int:
-    """Read, classify and write; the rows classified in this run."""
+) -> tuple[int, float]:
+    """Read, classify and write; the rows classified in this run and the actors' peak memory."""
     import ray
     from ray.exceptions import RayError
 
@@ -437,8 +446,8 @@ def _run(
     finally:
         done.set()
         progress.join(timeout=5)
-    rows, _ = ray.get(counter.totals.remote(), timeout=60)
-    return int(rows)
+    rows, _, actor_peak = ray.get(counter.totals.remote(), timeout=60)
+    return int(rows), float(actor_peak)
 
 
 def _given(base: Location, path: str) -> str:
@@ -469,7 +478,7 @@ def _print_progress(counter: Any, done: threading.Event, shown: bool) -> None:
         if not shown:
             continue
         with contextlib.suppress(Exception):
-            rows, errors = ray.get(counter.totals.remote(), timeout=PROGRESS_EVERY)
+            rows, errors, _ = ray.get(counter.totals.remote(), timeout=PROGRESS_EVERY)
             seconds = time.perf_counter() - started
             print(f"classified {rows} rows ({errors} with an error), {rows / seconds:.1f} rows/s", flush=True)
 
