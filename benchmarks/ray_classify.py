@@ -48,6 +48,9 @@ class RayWay:
     base_url: str | None = None
     vllm_model: str | None = None
     vllm_args: tuple[str, ...] = ()
+    #: the in-actor engines get the flags and environment ``qwen-fast serve --profile`` gives a
+    #: server of the model (its address left out), then ``vllm_args``
+    vllm_profile: str = "gpu"
     engines_per_gpu: int = 1
     model: str = "qwen3"
 
@@ -97,6 +100,20 @@ class RayReport:
     actor_peak_rss_mib: float
 
 
+def served_alike(way: RayWay) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The in-actor engines' flags past the model and its name, and their environment: those
+    ``qwen-fast serve --profile`` gives a server of the model, less its address, then the
+    extra ``vllm_args``."""
+    from langchain_qwen_fast.serving.launcher import VLLMServer
+    from langchain_qwen_fast.serving.profiles import drop_flags
+
+    assert way.vllm_model is not None
+    server = VLLMServer(way.vllm_model, profile=way.vllm_profile, served_model_name=way.model)  # type: ignore[arg-type]
+    command = server.command()
+    flags = drop_flags(command[command.index("serve") + 2 :], ["--host", "--port", "--served-model-name"])
+    return (*flags, *way.vllm_args), {**server.profile.env, **server.command_env}
+
+
 def run(options: RayBenchOptions) -> RayReport:
     """Measure (see the module docstring), print and write results.json."""
     import pyarrow as pa
@@ -111,14 +128,16 @@ def run(options: RayBenchOptions) -> RayReport:
         raise ConfigurationError("give --base-url URL or --vllm-model MODEL (one of them)")
     if load.rounds < 2:
         raise ConfigurationError("--rounds must be 2 or more: the first one starts the actors")
+    engine_args, engine_env = served_alike(way) if way.vllm_model is not None else ((), {})
     on_ray = RayOptions(
         actors=(load.actors, load.actors),
         actor_cpus=load.actor_cpus,
         batch_rows=load.batch_rows,
         batches_in_flight=load.batches_in_flight,
         vllm_model=way.vllm_model,
-        vllm_args=way.vllm_args,
+        vllm_args=engine_args,
         gpus_per_actor=1.0 / way.engines_per_gpu,
+        vllm_env=engine_env,
     )
     fresh = FreshTexts()
     work = Path(tempfile.mkdtemp(prefix="bench-ray-"))
@@ -192,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     way.add_argument("--base-url", help="the servers (…/v1, a comma-separated list, or a --urls-file path)")
     way.add_argument("--vllm-model", help="a vLLM engine of this model inside each actor")
     parser.add_argument("--vllm-arg", dest="vllm_args", action="append", help="a vllm serve flag (repeatable)")
+    parser.add_argument(
+        "--vllm-profile",
+        choices=["gpu", "cpu", "default"],
+        help="the engines' flag set, as qwen-fast serve's (default: %(default)s)",
+    )
     parser.add_argument("--engines-per-gpu", type=int, help="in-actor engines a GPU (default: %(default)s)")
     parser.add_argument("--model", help="served model name (default: %(default)s)")
     parser.add_argument("--rows", type=int, help="rows a round (default: %(default)s)")

@@ -76,6 +76,8 @@ class VLLMInActor:
     vllm_args: tuple[str, ...] = ()
     #: GPUs each actor reserves: 1, or 1/N for N engines a GPU (under MPS); 0 for vLLM's CPU build
     num_gpus: float = 1.0
+    #: environment variables of the actors, which their engines read (``VLLM_*``, ``CUDA_*``)
+    env_vars: Mapping[str, str] = field(default_factory=dict)
 
     def args(self) -> list[str]:
         """The engine's ``vllm serve`` arguments."""
@@ -195,6 +197,9 @@ class ClassifyStage:
             num_cpus=self.num_cpus,
             num_gpus=engine.num_gpus if isinstance(engine, VLLMInActor) and engine.num_gpus > 0 else None,
             resources=dict(self.resources) or None,
+            runtime_env={"env_vars": dict(engine.env_vars)}
+            if isinstance(engine, VLLMInActor) and engine.env_vars
+            else None,
             ray_remote_args_fn=actor_options,
         )
         retry_failed_batches(classified.context)

@@ -94,14 +94,18 @@ class RayOptions:
     vllm_model: str | None = None
     #: more ``vllm serve`` flags for the in-actor engines
     vllm_args: tuple[str, ...] = ()
-    #: GPUs each in-actor engine reserves (1/N: N engines a GPU, under MPS)
+    #: GPUs each in-actor engine reserves (1/N: N engines a GPU, under MPS; 0: vLLM's CPU build)
     gpus_per_actor: float = 1.0
+    #: environment variables of the in-actor engines
+    vllm_env: Mapping[str, str] = field(default_factory=dict)
 
     def engine(self, options: ClassifyOptions) -> HTTPServers | VLLMInActor:
         """How the actors reach vLLM."""
         if self.vllm_model is None:
             return HTTPServers(options.base_url, options.model)
-        return VLLMInActor(self.vllm_model, options.model or "qwen3", self.vllm_args, self.gpus_per_actor)
+        return VLLMInActor(
+            self.vllm_model, options.model or "qwen3", self.vllm_args, self.gpus_per_actor, dict(self.vllm_env)
+        )
 
 
 def cluster_address(given: str) -> str | None:

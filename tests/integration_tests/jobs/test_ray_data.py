@@ -24,8 +24,9 @@ import pytest
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.jobs.job import ClassifyOptions
-from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers
+from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor
 from langchain_qwen_fast.jobs.ray_job import CHECKPOINT_FOLDER, JOB_FILE, REPORT_FILE, RayOptions, classify_dataset
+from langchain_qwen_fast.serving.profiles import drop_flags
 from langchain_qwen_fast.testing.samples import news_items
 from tests.integration_tests.conftest import NEWS_LABELS, ROOT
 from tests.support.proxy import Fault, FaultProxy
@@ -256,6 +257,23 @@ def test_the_driver_killed_then_the_same_command_resumes_with_no_row_twice(serve
     out = by_id(pq.read_table(out_dir).to_pylist())
     assert sorted(out) == list(range(600))
     assert [out[i]["error"] is not None for i in range(600)] == [i in EMPTY_ROWS for i in range(600)]
+
+
+def test_vllm_inside_the_actor_gives_the_labels_of_batch_on_the_served_model(
+    local_ray: None, server_url: str, tiny_model: Path
+) -> None:
+    """An engine of the same model inside the actor (vLLM's CPU build: no GPU reserved),
+    configured as the session's server is: the same labels and probabilities within 1e-3."""
+    from tests.integration_tests.serving.test_in_process import served_alike
+
+    flags, env = served_alike(tiny_model)
+    flags = drop_flags(flags[1:], ["--served-model-name"])  # the model comes first
+    engine = VLLMInActor(str(tiny_model), "qwen3", tuple(flags), num_gpus=0, env_vars=env)
+    stage = ClassifyStage(labels=tuple(NEWS_LABELS), engine=engine, concurrency=1, batch_size=32)
+    given = rows_of(70)
+    out = by_id(stage(ray.data.from_items(given)).take_all())
+    assert sorted(out) == list(range(70))
+    assert_labels_of_batch(out, given, server_url)
 
 
 def test_the_job_benchmark_times_the_ray_path_beside_abatch(local_ray: None, server_url: str, tmp_path: Path) -> None:
