@@ -5,15 +5,13 @@ side by side, and the job's memory.
     python -m benchmarks.classify_job --start-server .models/qwen3-tiny --rows 4096
     python -m benchmarks.classify_job --memory 10000,100000,1000000 --canned
     python -m benchmarks.classify_job --memory 10000,50000 --base-url http://127.0.0.1:8000/v1
-    python -m benchmarks.classify_job --start-server .models/qwen3-tiny --rows 2048 --ray local
 
 Speed: on one server and one classifier, each round times abatch over --rows fresh texts in
 one call and the whole job on a CSV of as many other fresh texts (read, classified in
 --chunk-rows chunks, written, joined, its report written; no progress bar or histogram), one
 after the other, the order changed each round, so drift hits both alike. Prints both rates per
-round, their medians and the ratio job/abatch; writes results.json. --ray adds the same job on
-Ray Data (a Parquet file of other fresh texts; Ray's read and actor start included) as a third
-path.
+round, their medians and the ratio job/abatch; writes results.json. (The job on Ray beside the
+job without it: ``python -m benchmarks.ray_classify``.)
 
 Memory (--memory): for each size, a fresh process generates a CSV of that many rows (row by
 row), runs the job on it and reports its peak resident memory (ru_maxrss) before and after the
@@ -26,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import csv
 import importlib
 import multiprocessing
@@ -74,14 +71,10 @@ class JobLoad:
 @dataclass(frozen=True)
 class JobExtras:
     """Instead of the speed comparison, the job's peak memory at each size of ``memory``
-    (``canned``: against the repository's canned vLLM, no server); or, beside it, the job on
-    Ray (``ray``: ``local``, ``auto`` or ``ray://HOST:10001``) with ``ray_actors`` actors of
-    half a CPU each (the shards: two an actor)."""
+    (``canned``: against the repository's canned vLLM, no server)."""
 
     memory: tuple[int, ...] = ()
     canned: bool = False
-    ray: str | None = None
-    ray_actors: int = 2
 
 
 @dataclass(frozen=True)
@@ -96,11 +89,10 @@ class JobBenchOptions:
 
 @dataclass
 class JobRound:
-    """One round's rates, rows/s (``ray``: None unless asked for)."""
+    """One round's rates, rows/s."""
 
     abatch: float
     job: float
-    ray: float | None = None
 
 
 @dataclass
@@ -113,8 +105,6 @@ class JobSpeedReport:
     job_rows_per_s: float
     ratio_of_medians: float
     ratios: list[float]
-    ray_rows_per_s: float | None = None
-    ray_over_abatch: float | None = None
 
 
 @dataclass
@@ -177,23 +167,20 @@ def run_speed(options: JobBenchOptions) -> JobSpeedReport:
     classifier = QwenClassifier(labels=LABELS, base_url=options.server.base_url or "", model=options.server.model)
     classifier.batch(fresh(64))  # set-up done, connections open, the server warm
     work = Path(tempfile.mkdtemp(prefix="bench-job-"))
-    paths = ["abatch", "job", *(["ray"] if options.extras.ray else [])]
+    paths = ["abatch", "job"]
     rounds = []
     try:
-        with _ray_for(options):
-            for round_number in range(options.load.rounds):
-                rates: dict[str, float] = {}
-                shift = round_number % len(paths)  # each path goes first in turn
-                for path in paths[shift:] + paths[:shift]:
-                    seconds, failed = _time_path(
-                        path, options, classifier, fresh(rows), work / f"{path}-{round_number}"
-                    )
-                    if failed:
-                        raise MeasurementError(f"{path}: {failed} of {rows} rows failed; is the server healthy?")
-                    rates[path] = rows / seconds
-                rounds.append(JobRound(**rates))
-                shown = ", ".join(f"{path} {rates[path]:.1f} rows/s" for path in paths)
-                print(f"round {round_number + 1}: {shown}, job/abatch {rates['job'] / rates['abatch']:.3f}", flush=True)
+        for round_number in range(options.load.rounds):
+            rates: dict[str, float] = {}
+            shift = round_number % len(paths)  # each path goes first in turn
+            for path in paths[shift:] + paths[:shift]:
+                seconds, failed = _time_path(path, options, classifier, fresh(rows), work / f"{path}-{round_number}")
+                if failed:
+                    raise MeasurementError(f"{path}: {failed} of {rows} rows failed; is the server healthy?")
+                rates[path] = rows / seconds
+            rounds.append(JobRound(**rates))
+            shown = ", ".join(f"{path} {rates[path]:.1f} rows/s" for path in paths)
+            print(f"round {round_number + 1}: {shown}, job/abatch {rates['job'] / rates['abatch']:.3f}", flush=True)
     finally:
         classifier.close()
     medians = {path: statistics.median(getattr(r, path) for r in rounds) for path in paths}
@@ -207,12 +194,7 @@ def run_speed(options: JobBenchOptions) -> JobSpeedReport:
         ratios=[round(r, 4) for r in ratios],
     )
     shown = ", ".join(f"{path} {medians[path]:.1f} rows/s" for path in paths)
-    summary = f"median: {shown}; job/abatch {report.ratio_of_medians:.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f})"
-    if options.extras.ray:
-        report.ray_rows_per_s = round(medians["ray"], 1)
-        report.ray_over_abatch = round(medians["ray"] / medians["abatch"], 4)
-        summary += f"; ray/abatch {report.ray_over_abatch:.3f}"
-    print(summary)
+    print(f"median: {shown}; job/abatch {report.ratio_of_medians:.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f})")
     _save(options, report)
     return report
 
@@ -226,55 +208,20 @@ def _time_path(path: str, options: JobBenchOptions, classifier: Any, texts: list
         t0 = time.perf_counter()
         results = asyncio.run(_abatch(classifier, texts))
         return time.perf_counter() - t0, sum(isinstance(r, BaseException) for r in results)
-    quiet: dict[str, Any] = {"labels": tuple(LABELS), "progress": False, "histogram": False}
     load = options.load
-    if path == "job":
-        source = _write_csv(work / "in.csv", texts)
-        job = ClassifyOptions(str(source), str(work / "out.csv"), chunk_rows=load.chunk_rows,
-                              chunks_in_flight=load.chunks_in_flight, **quiet)  # fmt: skip
-        t0 = time.perf_counter()
-        report = classify_table(job, classifier)
-        return time.perf_counter() - t0, report.errors
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from langchain_qwen_fast.jobs.ray_job import RayOptions, classify_dataset
-
-    source = work / "in.parquet"
-    pq.write_table(pa.table({"text": texts}), source)
-    server = options.server
-    job = ClassifyOptions(str(source), str(work / "out"), base_url=server.base_url, model=server.model, fresh=True,
-                          **quiet)  # fmt: skip
-    actors = options.extras.ray_actors
-    on_ray = RayOptions(actors=(actors, actors), actor_cpus=0.5,
-                        batch_rows=min(8192, max(1, load.rows // (4 * actors))))  # fmt: skip
+    source = _write_csv(work / "in.csv", texts)
+    job = ClassifyOptions(
+        str(source),
+        str(work / "out.csv"),
+        labels=tuple(LABELS),
+        chunk_rows=load.chunk_rows,
+        chunks_in_flight=load.chunks_in_flight,
+        progress=False,
+        histogram=False,
+    )
     t0 = time.perf_counter()
-    ray_report = classify_dataset(job, on_ray)
-    return time.perf_counter() - t0, ray_report.errors + load.rows - ray_report.rows
-
-
-@contextlib.contextmanager
-def _ray_for(options: JobBenchOptions) -> Iterator[None]:
-    """The Ray that the ``ray`` path runs on, for the whole run: the one this process has, or
-    one connected to (``local``: started) here and shut down at the end."""
-    if not options.extras.ray:
-        yield
-        return
-    from langchain_qwen_fast._extras import require_extra
-
-    require_extra("ray", "ray", "pyarrow", what="the benchmark's Ray path")
-    import ray
-
-    from langchain_qwen_fast.jobs.ray_job import cluster_address
-
-    if ray.is_initialized():
-        yield
-        return
-    ray.init(address=cluster_address(options.extras.ray), include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+    report = classify_table(job, classifier)
+    return time.perf_counter() - t0, report.errors
 
 
 async def _abatch(classifier: Any, texts: list[str]) -> list[Any]:
@@ -395,8 +342,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunks-in-flight", type=int, help="the job's chunks at once (default: %(default)s)")
     parser.add_argument("--memory", type=whole_numbers, metavar="N,N", help="peak memory of the job at these sizes")
     parser.add_argument("--canned", action="store_true", help="with --memory: the tests' canned vLLM, no server")
-    parser.add_argument("--ray", metavar="ADDRESS", help="also on Ray: local, auto or ray://HOST:10001")
-    parser.add_argument("--ray-actors", type=int, help="with --ray: classifier actors (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="folder for results.json (default: %(default)s)")
     parser.set_defaults(**leaf_defaults(JobBenchOptions))
     return parser

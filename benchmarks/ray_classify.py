@@ -115,7 +115,9 @@ def served_alike(way: RayWay) -> tuple[tuple[str, ...], dict[str, str]]:
 
 
 def run(options: RayBenchOptions) -> RayReport:
-    """Measure (see the module docstring), print and write results.json."""
+    """Measure (see the module docstring), print and write results.json. Uses the Ray already
+    started in this process if there is one (and leaves it running), else starts or joins one
+    by ``options.load.ray`` and shuts it down at the end."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import ray
@@ -143,8 +145,11 @@ def run(options: RayBenchOptions) -> RayReport:
     work = Path(tempfile.mkdtemp(prefix="bench-ray-"))
     quiet: dict[str, Any] = {"labels": tuple(LABELS), "model": way.model, "progress": False, "histogram": False}
     rounds: list[RayRound] = []
-    address = cluster_address(load.ray)
-    ray.init(address=address, log_to_driver=False, **({"num_cpus": max(4, load.actors * 2)} if address is None else {}))
+    own = not ray.is_initialized()  # a Ray already started in this process is used, and left running
+    if own:
+        address = cluster_address(load.ray)
+        local = {"num_cpus": max(4, load.actors * 2)} if address is None else {}
+        ray.init(address=address, log_to_driver=False, **local)
     try:
         for number in range(load.rounds):
             source = work / f"in-{number}.parquet"
@@ -176,7 +181,8 @@ def run(options: RayBenchOptions) -> RayReport:
                 shown += f", job without Ray {job_rate:.1f} rows/s, ray/job {ray_rate / job_rate:.3f}"
             print(f"{shown}; driver {driver:.0f} MiB, busiest actor {actor:.0f} MiB", flush=True)
     finally:
-        ray.shutdown()
+        if own:
+            ray.shutdown()
     timed = rounds[1:]
     ray_median = statistics.median(r.ray for r in timed)
     job_median = statistics.median(r.job for r in timed if r.job) if way.base_url is not None else None

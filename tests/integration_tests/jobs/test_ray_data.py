@@ -276,20 +276,22 @@ def test_vllm_inside_the_actor_gives_the_labels_of_batch_on_the_served_model(
     assert_labels_of_batch(out, given, server_url)
 
 
-def test_the_job_benchmark_times_the_ray_path_beside_abatch(local_ray: None, server_url: str, tmp_path: Path) -> None:
-    """``python -m benchmarks.classify_job --ray``: two actors, every row of each path
-    classified (the benchmark raises otherwise) and the rates reported; the figures
-    themselves are the benchmark's (docs/performance.md), not this test's."""
-    from benchmarks.classify_job import JobBenchOptions, JobExtras, JobLoad, JobServer, run_speed
+def test_the_ray_benchmark_times_the_job_on_ray_beside_the_job_without_it(
+    local_ray: None, server_url: str, tmp_path: Path
+) -> None:
+    """``python -m benchmarks.ray_classify --base-url``, on this module's Ray (used, not shut
+    down): one actor, two small rounds, every row of each path classified (the benchmark
+    raises otherwise), the rates, their ratio and the memory reported; the figures themselves
+    are the benchmark's (docs/performance.md), not this test's."""
+    from benchmarks.ray_classify import RayBenchOptions, RayLoad, RayWay, run
 
-    options = JobBenchOptions(
-        server=JobServer(base_url=server_url),
-        load=JobLoad(rows=256, rounds=1),
-        extras=JobExtras(ray="local", ray_actors=2),
-        out=tmp_path,
-    )
-    result = run_speed(options)
-    (rates,) = result.rounds
-    assert rates.ray is not None and min(rates.abatch, rates.job, rates.ray) > 0
-    assert result.ray_over_abatch == pytest.approx(rates.ray / rates.abatch, rel=1e-3)
-    assert json.loads((tmp_path / "results.json").read_text())["ray_rows_per_s"] == result.ray_rows_per_s
+    load = RayLoad(rows=128, rounds=2, actors=1, actor_cpus=1, batch_rows=32)
+    result = run(RayBenchOptions(way=RayWay(base_url=server_url), load=load, out=tmp_path))
+    assert ray.is_initialized()
+    assert len(result.rounds) == 2
+    assert result.job_rows_per_s is not None and result.ray_rows_per_s > 0 and result.job_rows_per_s > 0
+    assert result.ray_over_job == pytest.approx(result.ray_rows_per_s / result.job_rows_per_s, rel=1e-2)
+    assert result.driver_peak_rss_mib > 0 and result.actor_peak_rss_mib > 0
+    written = json.loads((tmp_path / "results.json").read_text())
+    figures = ("ray_rows_per_s", "job_rows_per_s", "ray_over_job", "driver_peak_rss_mib", "actor_peak_rss_mib")
+    assert {k: written[k] for k in figures} == {k: getattr(result, k) for k in figures}

@@ -41,10 +41,6 @@ def test_the_job_benchmarks_options_reach_their_parts(tmp_path: Path) -> None:
             "--memory",
             "10,20",
             "--canned",
-            "--ray",
-            "local",
-            "--ray-actors",
-            "3",
             "--out",
             str(tmp_path),
         ]
@@ -53,7 +49,7 @@ def test_the_job_benchmarks_options_reach_their_parts(tmp_path: Path) -> None:
     assert options == JobBenchOptions(
         server=JobServer(base_url="http://h:1/v1", model="q"),
         load=JobLoad(rows=64, rounds=2, chunk_rows=16, chunks_in_flight=2),
-        extras=JobExtras(memory=(10, 20), canned=True, ray="local", ray_actors=3),
+        extras=JobExtras(memory=(10, 20), canned=True),
         out=tmp_path,
     )
     assert set(vars(classify_job.build_parser().parse_args([]))) == leaf_names(JobBenchOptions)
@@ -147,7 +143,7 @@ def test_a_client_librarys_row_gives_each_round_and_the_medians() -> None:
     assert args.libraries == ["aiohttp"] and args.requests > args.in_flight
 
 
-@pytest.mark.parametrize("tool", ["scale", "compare", "flags", "classify_job", "client_libraries"])
+@pytest.mark.parametrize("tool", ["scale", "compare", "flags", "classify_job", "ray_classify", "client_libraries"])
 def test_a_tools_help_imports_nothing_heavy(tool: str) -> None:
     code = (
         "import sys\n"
