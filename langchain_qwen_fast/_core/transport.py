@@ -215,9 +215,15 @@ class HttpxStack(HTTPStack):
     def client(self) -> httpx.Client:
         """The pooled sync client."""
         if self._client is None:
-            sync = self._http_transport if isinstance(self._http_transport, httpx.BaseTransport) else None
+            custom = self._http_transport
+            if custom is not None and not isinstance(custom, httpx.BaseTransport):
+                # Else the blocking calls would quietly go to the network instead.
+                raise ConfigurationError(
+                    f"http_transport {custom!r} serves async calls only (an httpx.AsyncBaseTransport): use "
+                    "abatch/ainvoke, or a transport that is also an httpx.BaseTransport"
+                )
             self._client = httpx.Client(
-                headers=self._headers, timeout=self._timeout, limits=self._limits, transport=sync
+                headers=self._headers, timeout=self._timeout, limits=self._limits, transport=custom
             )
         return self._client
 
@@ -232,11 +238,13 @@ class HttpxStack(HTTPStack):
         client = self._aclients.get(loop)
         if client is None:
             transport = self._http_transport
+            if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+                raise ConfigurationError(
+                    f"http_transport {transport!r} serves blocking calls only (an httpx.BaseTransport): use "
+                    "batch/invoke, or a transport that is also an httpx.AsyncBaseTransport"
+                )
             client = httpx.AsyncClient(
-                headers=self._headers,
-                timeout=self._timeout,
-                limits=self._limits,
-                transport=transport if isinstance(transport, httpx.AsyncBaseTransport) else None,
+                headers=self._headers, timeout=self._timeout, limits=self._limits, transport=transport
             )
             self._aclients[loop] = client
         return client

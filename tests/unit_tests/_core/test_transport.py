@@ -31,7 +31,7 @@ from langchain_qwen_fast._core.transport import (
     drive,
     parse_retry_after,
 )
-from langchain_qwen_fast.errors import is_retryable_status
+from langchain_qwen_fast.errors import ConfigurationError, is_retryable_status
 from tests.support.fake_vllm import FakeVLLM, UnixServer, raw, reset, status, timeout
 
 FAST = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002, deadline=5)
@@ -415,3 +415,26 @@ def test_retries_stop_when_the_budget_is_spent() -> None:
             t.request("GET", "models")
     # 4 first tries, and only the 3 retries the budget held (not 4 × 2)
     assert len(calls) == 7 and t.retries_refused >= 2
+
+
+class _AsyncOnly(httpx.AsyncBaseTransport):
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"data": []})
+
+
+class _BlockingOnly(httpx.BaseTransport):
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"data": []})
+
+
+def test_a_transport_of_one_kind_refuses_the_other_kind_of_call_instead_of_reaching_the_network() -> None:
+    async_only = Transport(["http://nowhere.test/v1"], api_key=None, timeout=5, retry=FAST, http_transport=_AsyncOnly())
+    with pytest.raises(ConfigurationError, match="serves async calls only"):
+        async_only.request("GET", "/models")
+    assert asyncio.run(async_only.arequest("GET", "/models")) == {"data": []}
+    blocking = Transport(
+        ["http://nowhere.test/v1"], api_key=None, timeout=5, retry=FAST, http_transport=_BlockingOnly()
+    )
+    with pytest.raises(ConfigurationError, match="serves blocking calls only"):
+        asyncio.run(blocking.arequest("GET", "/models"))
+    assert blocking.request("GET", "/models") == {"data": []}
