@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -178,21 +177,19 @@ class ClassifyStage:
 
         fewest, most = (self.concurrency, self.concurrency) if isinstance(self.concurrency, int) else self.concurrency
         engine = self.engine
-        # Ray's actor options past the named ones go through a function (its `**ray_remote_args`
-        # are on their way out).
-        actor_options: Callable[[], dict[str, Any]] = functools.partial(
-            dict,
-            max_restarts=self.actor_restarts,
-            max_task_retries=self.task_retries,
-            max_concurrency=self.batches_in_flight,
-        )
-        classified = dataset.map_batches(
+        # Blocks of one batch each: a reader's block can hold a whole file, and one block is one
+        # actor call, which would leave the other actors idle.
+        batches = dataset.repartition(target_num_rows_per_block=self.batch_size)
+        classified = batches.map_batches(
             ClassifyActor,
             fn_constructor_kwargs={"stage": self, "columns": self.columns()},
             batch_size=self.batch_size,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(
-                min_size=fewest, max_size=most, max_tasks_in_flight_per_actor=self.batches_in_flight
+                min_size=fewest,
+                max_size=most,
+                max_tasks_in_flight_per_actor=self.batches_in_flight,
+                max_concurrent_calls_per_actor=self.batches_in_flight,
             ),
             num_cpus=self.num_cpus,
             num_gpus=engine.num_gpus if isinstance(engine, VLLMInActor) and engine.num_gpus > 0 else None,
@@ -200,7 +197,10 @@ class ClassifyStage:
             runtime_env={"env_vars": dict(engine.env_vars)}
             if isinstance(engine, VLLMInActor) and engine.env_vars
             else None,
-            ray_remote_args_fn=actor_options,
+            # Bounded, where Ray's own default retries forever; Ray 2.60 names these nowhere
+            # else (the extra pins the Ray releases that take them).
+            max_restarts=self.actor_restarts,
+            max_task_retries=self.task_retries,
         )
         retry_failed_batches(classified.context)
         return classified
