@@ -210,6 +210,16 @@ def job_record(
     return {**same, "id_column": ray_options.id_column or ROW_ID_COLUMN, "files": identity(files)}
 
 
+def check_apart(base: Location, output: Location) -> None:
+    """:class:`ConfigurationError` when the output folder is the input, holds it, or lies in
+    it: the job would read its own rows, or ``--fresh`` would empty the input."""
+    if type(base.filesystem) is not type(output.filesystem):
+        return
+    given, out = base.path.rstrip("/"), output.path.rstrip("/")
+    if given == out or given.startswith(out + "/") or out.startswith(given + "/"):
+        raise ConfigurationError(f"--out {output.given} and the input {base.given} overlap; pick a folder apart")
+
+
 def open_output(output: Location, record: dict[str, Any], *, fresh: bool) -> None:
     """The output folder with this job's record: a new or empty one, one of the same job (its
     rows kept), or with ``fresh`` one emptied. Another job's, or a folder of other files:
@@ -368,6 +378,7 @@ def classify_dataset(options: ClassifyOptions, ray_options: RayOptions | None = 
         review.check()
     base, files = input_files(options, kinds[0])
     output = Location.of(options.out)
+    check_apart(base, output)
     labels_only = stage.build(base_url="http://127.0.0.1:9/v1")
     try:
         record = job_record(options, ray_options, labels_only, kinds, files)

@@ -24,6 +24,7 @@ from langchain_qwen_fast.jobs.ray_job import (
     JOB_FILE,
     Location,
     RayOptions,
+    check_apart,
     check_options,
     classify_dataset,
     cluster_address,
@@ -215,6 +216,15 @@ def test_a_rerun_of_the_same_job_keeps_its_rows_and_another_job_is_refused(tmp_p
     open_output(out, record(files=[["/in/a.jsonl", 11, 2]]), fresh=True)
     assert not (tmp_path / "out" / "part-1.parquet").exists() and (tmp_path / "out" / JOB_FILE).is_file()
     assert json.loads((tmp_path / "out" / JOB_FILE).read_text())["job"]["files"] == [["/in/a.jsonl", 11, 2]]
+
+
+def test_an_output_that_is_the_input_holds_it_or_lies_in_it_is_refused(tmp_path: Path) -> None:
+    folder = Location.of(str(tmp_path / "in"))
+    for out in ("in", "in/out", "."):
+        with pytest.raises(ConfigurationError, match="overlap"):
+            check_apart(folder, Location.of(str(tmp_path / out)))
+    check_apart(folder, Location.of(str(tmp_path / "input-labelled")))
+    check_apart(Location.of(str(tmp_path / "in" / "a.jsonl")), Location.of(str(tmp_path / "in" / "a.jsonl-out")))
 
 
 def test_a_folder_of_other_files_and_a_file_as_output_are_refused(tmp_path: Path) -> None:
