@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from langchain_qwen_fast.errors import ConfigurationError, ServerStartError
+from langchain_qwen_fast.errors import ConfigurationError, MissingDependencyError, ServerStartError
 
 #: The base URL the classifier is given: its host is never resolved (every request goes to
 #: the transport), it only has to be a valid URL, and ``/v1`` is where vLLM's OpenAI routes
@@ -84,7 +84,7 @@ def _import_first(*candidates: tuple[str, str]) -> Any:
             return getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
             failures.append(f"{module}.{name}: {type(exc).__name__}: {exc}")
-    raise ImportError("; ".join(failures))
+    raise MissingDependencyError("; ".join(failures))
 
 
 def _vllm_serving() -> _VLLMServing:

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import pytest
 
 import langchain_qwen_fast
@@ -160,6 +161,8 @@ def violations(tree: ast.Module, namespace: dict[str, Any], *, in_cli: bool) -> 
                 continue
             if getattr(cls, "__name__", None) == "HTTPException" and "fastapi" in getattr(cls, "__module__", ""):
                 continue  # an HTTP answer of the service, made by FastAPI
+            if inspect.isclass(cls) and issubclass(cls, httpx.TimeoutException):
+                continue  # an httpx transport's timeout, which the core types as ServerTimeoutError
             problems.append(f"line {node.lineno}: {ast.unparse(node)}  ({getattr(cls, '__name__', cls)})")
     return problems
 

@@ -40,7 +40,15 @@ TOP_LEVEL = [
 
 #: ``__all__`` of the other modules of the client that declare one.
 MODULE_ALL = {
-    "langchain_qwen_fast.jobs": ["ClassifyOptions", "RayOptions", "classify_dataset", "classify_table"],
+    "langchain_qwen_fast.jobs": [
+        "ClassifyOptions",
+        "ClassifyStage",
+        "HTTPServers",
+        "RayOptions",
+        "VLLMInActor",
+        "classify_dataset",
+        "classify_table",
+    ],
     "langchain_qwen_fast._core.procedure": ["Node", "Procedure", "Rules"],
     "langchain_qwen_fast._core.processes": [
         "MIN_ITEMS_PER_PROCESS",
