@@ -32,6 +32,7 @@ an outage leaves no error rows behind once it is over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ from langchain_qwen_fast.jobs.tables import Layout, TextSource
 if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
 
+#: Seconds an actor waits for the progress counter to take a batch's figures.
+COUNTER_SECONDS = 10.0
 #: Where the classifier built on the driver (for its labels only, never asked anything) points.
 _NOWHERE = "http://127.0.0.1:9/v1"
 
@@ -317,7 +320,11 @@ class ClassifyActor:
         results = await classify_rows(classifier, texts_of(table, self.source))
         if self.stage.counter is not None:
             errors = sum(isinstance(result, BaseException) for result in results)
-            await self.stage.counter.add.remote(len(results), errors, peak_rss_mib())
+            # Progress only: a counter that does not answer in time neither holds up nor fails
+            # the batch.
+            with contextlib.suppress(Exception):
+                told = self.stage.counter.add.remote(len(results), errors, peak_rss_mib())
+                await asyncio.wait_for(told, timeout=COUNTER_SECONDS)
         return self.columns.assemble(table, results)
 
 
