@@ -199,25 +199,33 @@ def test_the_group_stops_every_process(group: ServerGroup) -> None:
     assert not any(group_alive(pid) for pid in pids)
 
 
-# After the group has stopped: these servers would otherwise make five on the machine at once.
-def test_latency_variants_start_side_by_side_and_are_measured(tiny_model: Path, tmp_path: Path) -> None:
+# After the group has stopped: its servers and this one would otherwise make four on the machine.
+def test_a_latency_variant_starts_and_is_measured(tiny_model: Path, tmp_path: Path) -> None:
+    """One variant, the tool's every step: its flags from the base profile less the dropped one,
+    served by the Rust frontend (one prompt a request: the raw bodies and the classifier must fit
+    it as they fit the Python API server), started, warmed and measured. The Python frontend's
+    variant is the profile every other integration test serves with."""
     from benchmarks.latency_variants import latency_variants
     from benchmarks.variants import Variant
     from langchain_qwen_fast.bench.measure import RunContext
 
-    # The second variant is served by the Rust frontend, which takes one prompt a request: the raw
-    # bodies and the classifier must fit it as they fit the Python API server.
-    variants = {
-        "cpu profile": Variant(),
-        "cpu profile, no prefix caching, Rust frontend": Variant(drop=("--enable-prefix-caching",), frontend="rust"),
-    }
-    run = RunContext()
+    name = "cpu profile, no prefix caching, Rust frontend"
+    variants = {name: Variant(drop=("--enable-prefix-caching",), frontend="rust")}
     report = latency_variants(
-        run, str(tiny_model), "qwen3", str(tiny_model), variants, tmp_path, base_profile="cpu", rounds=1, items=1
+        RunContext(),
+        str(tiny_model),
+        "qwen3",
+        str(tiny_model),
+        variants,
+        tmp_path,
+        base_profile="cpu",
+        rounds=1,
+        items=1,
     )
-    assert set(report) == set(variants)
-    for row in report.values():
-        assert row.error is None, row
-        assert row.raw_http_p50_ms and row.invoke_p50_ms
-    assert "--enable-prefix-caching" not in report["cpu profile, no prefix caching, Rust frontend"].flags
-    assert [row.frontend for row in report.values()] == ["python", "rust"]
+    assert set(report) == {name}
+    row = report[name]
+    assert row.error is None, row
+    assert row.raw_http_p50_ms and row.invoke_p50_ms
+    # the profile's flags but the dropped one: its dtype kept, prefix caching gone
+    assert "--enable-prefix-caching" not in row.flags and "float32" in row.flags
+    assert row.frontend == "rust"
