@@ -258,12 +258,16 @@ def adapters(sft_model: tuple[Path, dict[str, Any]]) -> dict[str, Path]:
     return made
 
 
+#: The most of the module's servers up at once: the one the tests use and two booting ahead.
+SERVERS_UP = 3
+
+
 class ServersInTurn:
     """The module's servers, one for each group of tests (they sit together in this file), in
     the order the tests need them. Each is spawned ahead (``spawn``), so that it boots while the
-    tests of the one before run; asked for (``url``), it stops those before it. At most two are
-    up at once, and a second only while memory allows: with the shared servers and a background
-    example's up, more would crowd 24 GiB."""
+    tests of the one before run; asked for (``url``), it stops those before it. At most
+    :data:`SERVERS_UP` are up at once, and one more only while memory allows: with the shared
+    servers and a background example's up, more would crowd 24 GiB."""
 
     def __init__(self) -> None:
         self.servers: dict[str, VLLMServer] = {}  # by key, in the order spawned
@@ -277,9 +281,9 @@ class ServersInTurn:
         self.servers[key].spawn()
 
     def spawn_ahead(self, key: str, model: Path, **settings: Any) -> None:
-        """Spawn the server the next tests need, if memory allows a second one now."""
+        """Spawn a server later tests need, if memory allows one more now."""
         free = available_memory()
-        if len(self.servers) < 2 and (free is None or free >= SERVER_JOB_MEMORY):
+        if len(self.servers) < SERVERS_UP and (free is None or free >= SERVER_JOB_MEMORY):
             self.spawn(key, model, **settings)
 
     def url(self, key: str, what: str, model: Path, **settings: Any) -> str:
@@ -328,7 +332,11 @@ def multi_head_url(
     servers: ServersInTurn, multi_head_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
 ) -> str:
     url = servers.url(*MULTI_HEAD_SERVER, multi_head_model[0], served_model_name="news-multi-head")
+    # The multi-label head's tests take seconds: both later servers boot now, side by side, on
+    # the cores the module's last tests leave idle while they wait for servers.
     servers.spawn_ahead("head-generate", request.getfixturevalue("head_generate_model")[0])
+    model, settings = _lora_server(request)
+    servers.spawn_ahead("lora", model, **settings)
     return url
 
 
