@@ -162,9 +162,14 @@ class ClassifyStage:
         assert self.labels is not None
         return QwenClassifier(labels=list(self.labels), multi_label=self.multi_label, **overrides)
 
+    def labels_only(self) -> QwenClassifier:
+        """The classifier this stage names, pointing nowhere: for its labels and settings, never
+        asked anything (the caller closes it)."""
+        return self.build(base_url=_NOWHERE)
+
     def columns(self) -> BatchColumns:
         """The columns the stage adds (the classifier is built here only to read its labels)."""
-        classifier = self.build(base_url=_NOWHERE)
+        classifier = self.labels_only()
         try:
             return BatchColumns(tuple(classifier.label_names), classifier.multi_label)
         finally:

@@ -379,7 +379,7 @@ def classify_dataset(options: ClassifyOptions, ray_options: RayOptions | None = 
     base, files = input_files(options, kinds[0])
     output = Location.of(options.out)
     check_apart(base, output)
-    labels_only = stage.build(base_url="http://127.0.0.1:9/v1")
+    labels_only = stage.labels_only()
     try:
         record = job_record(options, ray_options, labels_only, kinds, files)
     finally:
