@@ -112,10 +112,17 @@ _SPAWN_AHEAD = {
 BACKGROUND = BackgroundJobs(ROOT / "out" / "background", ROOT)
 #: Modules whose jobs that start servers of their own are queued later instead, as the module
 #: named first starts (and at the latest as their own starts): the two examples that start their
-#: own, once the server group's module (the most servers at once) is over. Their other jobs are
-#: queued with the rest, behind the training runs.
-_QUEUE_AHEAD = {"test_chat_model.py": ("test_examples.py",)}
+#: own, once the Ray module (the most processes at once) is over. From there the foreground waits
+#: on one server's start-up at a time and leaves a core idle, until the trainer module, whose
+#: servers then find the memory to boot ahead. Their other jobs are queued with the rest, behind
+#: the training runs.
+_QUEUE_AHEAD = {"test_outliers.py": ("test_examples.py",)}
 _QUEUED_LATER = {module for modules in _QUEUE_AHEAD.values() for module in modules}
+#: Modules whose ``servers_ahead()`` is called as each module named first starts (again at each: a
+#: server is spawned once, and only while memory allows): the trainer module's first servers boot
+#: while the modules before it run, which leave a core to it.
+_SERVERS_AHEAD = {name: ("test_trainer.py",) for name in ("test_chat_standard.py", "test_classifier.py")}
+_servers_asked: set[tuple[str, str]] = set()  # (module started, module asked)
 _planned: dict[str, list[Job]] = {}  # module file name -> the jobs its collected tests need
 _background_root: list[Path] = []
 
@@ -161,14 +168,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Spawn the servers that :data:`_SPAWN_AHEAD` plans for the module this test is in, when
-    later tests that were collected use them, and queue the background jobs that
-    :data:`_QUEUE_AHEAD` names for it and those of its own fixtures (again for each test:
-    spawning or queueing twice is a no-op)."""
+    later tests that were collected use them, and those of the later modules
+    :data:`_SERVERS_AHEAD` names for it; and queue the background jobs that :data:`_QUEUE_AHEAD`
+    names for it and those of its own fixtures (again for each test: spawning or queueing twice
+    is a no-op)."""
     if "integration_tests" not in item.path.parts:
         return
     for file in (item.path.name, *_QUEUE_AHEAD.get(item.path.name, ())):
         for job in _planned.get(file, ()):
             BACKGROUND.queue(job)
+    for later in _SERVERS_AHEAD.get(item.path.name, ()):
+        if (item.path.name, later) not in _servers_asked:
+            _servers_asked.add((item.path.name, later))
+            module = next(
+                (
+                    other.module
+                    for other in item.session.items
+                    if isinstance(other, pytest.Function)
+                    and other.path.name == later
+                    and "integration_tests" in other.path.parts
+                ),
+                None,
+            )
+            if module is not None:
+                module.servers_ahead()
     planned = _SPAWN_AHEAD.get(item.path.name, ())
     if planned:
         used = {name for other in item.session.items for name in getattr(other, "fixturenames", ())}

@@ -229,14 +229,20 @@ def test_an_actor_killed_mid_run_is_restarted_and_nothing_is_lost(
     assert sorted(out) == list(range(400)) and report.rows == 400 and report.errors == len(EMPTY_ROWS)
 
 
-def test_the_driver_killed_then_the_same_command_resumes_with_no_row_twice(server_url: str, tmp_path: Path) -> None:
+def test_the_driver_killed_then_the_same_command_resumes_with_no_row_twice(
+    local_ray: None, server_url: str, tmp_path: Path
+) -> None:
+    """The first run starts a Ray of its own (``--ray local``) and is killed with it; the same
+    command then runs again on another Ray, this module's, joined by its address."""
     given = rows_of(600)
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(row) + "\n" for row in given))
     out_dir = tmp_path / "out"
     argv = [sys.executable, "-m", "langchain_qwen_fast.cli.main", "classify", str(source), "--out", str(out_dir)]
-    argv += ["--labels", ",".join(NEWS_LABELS), "--base-url", server_url, "--ray", "local", "--id-column", "id"]
+    argv += ["--labels", ",".join(NEWS_LABELS), "--base-url", server_url, "--id-column", "id"]
     argv += ["--actors", "1", "--batch-rows", "16", "--no-progress", "--no-histogram"]
+    joined = [*argv, "--ray", ray.get_runtime_context().gcs_address]
+    argv += ["--ray", "local"]
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     first = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
     try:
@@ -251,7 +257,7 @@ def test_the_driver_killed_then_the_same_command_resumes_with_no_row_twice(serve
         first.wait(timeout=30)
     partial = pq.read_table(out_dir).num_rows
     assert 0 < partial < 600
-    second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    second = subprocess.run(joined, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "wrote 600 rows" in second.stdout
     out = by_id(pq.read_table(out_dir).to_pylist())

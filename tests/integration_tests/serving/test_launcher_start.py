@@ -112,7 +112,7 @@ def stand_in(tmp_path: Path) -> Iterator[object]:
         stop_group(process, 10)
 
 
-def ready(process: subprocess.Popen[bytes], base: str, timeout: float = 3.0, **check: str | None) -> None:
+def ready(process: subprocess.Popen[bytes], base: str, timeout: float = 1.0, **check: str | None) -> None:
     wait_until_answering(
         process, base, name="vLLM server", log_path=Path(os.devnull), started=time.monotonic(),
         timeout=timeout, interval=0.1, **check,  # type: ignore[arg-type]
@@ -156,7 +156,7 @@ def test_a_real_server_on_the_port_is_not_the_childs(server_url: str, tmp_path: 
     base = server_url.removesuffix("/v1")
     child = spawn_in_own_group(SLEEPER, tmp_path / "child.log")
     try:
-        with pytest.raises(ServerStartError, match=r"not ready after 3 s \(port \d+ is held by pid \d+, not by this"):
+        with pytest.raises(ServerStartError, match=r"not ready after 1 s \(port \d+ is held by pid \d+, not by this"):
             ready(child, base, model="qwen3")
     finally:
         stop_group(child, 10)

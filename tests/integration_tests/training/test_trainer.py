@@ -162,12 +162,17 @@ def background_jobs() -> dict[str, tuple[Job, ...]]:
     }
 
 
+def _finished(fixture: str) -> Path:
+    """The model of ``fixture``'s one background training job, once it has finished."""
+    (job,) = background_jobs()[fixture]
+    BACKGROUND.result(job)
+    return work_dir() / job.name.removeprefix("train-")
+
+
 def _trained(fixture: str, what: str) -> tuple[Path, dict[str, Any]]:
     """The model of ``fixture``'s one background training job, once it has finished, and its
     training report (its time noted as ``what``)."""
-    (job,) = background_jobs()[fixture]
-    BACKGROUND.result(job)
-    out = work_dir() / job.name.removeprefix("train-")
+    out = _finished(fixture)
     report = json.loads((out / "training.json").read_text())
     record_seconds(f"train {what} (in the background)", report["train_seconds"])
     return out, report
@@ -303,11 +308,24 @@ class ServersInTurn:
         self.servers.clear()
 
 
+#: The module's servers, made at import, so that their first ones can boot before the module runs
+#: (:func:`servers_ahead`).
+IN_TURN = ServersInTurn()
+
+
+def servers_ahead() -> None:
+    """Spawn the module's first two servers, the trained head's and the multi-label head's, where
+    memory allows. The conftest calls this as the modules before this one start: these heads were
+    trained long before, and their servers boot while those modules' tests wait on a server of
+    their own (at most a core's work), not while this module's tests do."""
+    IN_TURN.spawn_ahead(HEAD_SERVER[0], _finished("head_model"), served_model_name="news-head")
+    IN_TURN.spawn_ahead(MULTI_HEAD_SERVER[0], _finished("multi_head_model"), served_model_name="news-multi-head")
+
+
 @pytest.fixture(scope="module")
 def servers() -> Iterator[ServersInTurn]:
-    in_turn = ServersInTurn()
-    yield in_turn
-    in_turn.close()
+    yield IN_TURN
+    IN_TURN.close()
 
 
 def _lora_server(request: pytest.FixtureRequest) -> tuple[Path, dict[str, Any]]:
