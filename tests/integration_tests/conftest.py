@@ -78,17 +78,11 @@ SERVERS = {
 }
 #: Those spawned as soon as the tests are collected, when a collected test uses them.
 _SPAWN_AT_START = ("server_url", "head_server_url", "ids_only_server_url")
-#: Shared servers (session fixtures) stopped after the last collected test that uses them (see
-#: ``pytest_runtest_teardown``), rather than at the end of the run.
-_STOPPED_AFTER_LAST_USE = ("head_server_url",)
-_last_user: dict[str, str] = {}  # server fixture name -> node id of the last collected test using it
 
 #: The integration modules that run first, in this order (the others follow in theirs). The first
 #: starts a server of its own while the shared servers are the only others (a 24 GiB machine
 #: holds about five small CPU servers of ~4 GB each); the capability module runs before the
-#: group module, which starts four servers in turn, so that its own server is gone by then. The
-#: head module runs here too, so that the group module's first test is the head server's last
-#: user, and the head server is gone before the group starts (:data:`_STOPPED_AFTER_LAST_USE`).
+#: group module, which starts four servers in turn, so that its own server is gone by then.
 _RUN_FIRST = (
     "test_token_ids_server.py",
     "test_processes.py",
@@ -97,7 +91,6 @@ _RUN_FIRST = (
     "test_api.py",
     "test_server.py",
     "test_capabilities.py",
-    "test_head.py",
     "test_rust_frontend.py",
 )
 #: The integration modules that run last, in this order: the ones that wait for background work
@@ -213,8 +206,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
-    for item in session.items:
-        _last_user.update({name: item.nodeid for name in getattr(item, "fixturenames", ()) if name in SERVERS})
     for name in _SPAWN_AT_START:
         if name in used:
             SERVERS[name].spawn()
@@ -241,30 +232,15 @@ def tiny_model() -> Path:
     return _tiny()
 
 
-def _retire(name: str) -> None:
-    """Stop the planned server ``name``, noting its start-up time for the summary (a no-op for one
-    already stopped or given by the environment)."""
-    planned = SERVERS[name]
-    if planned.startup_seconds is not None:
-        _startup_seconds.append(planned.startup_seconds)
-    planned.stop()
-
-
 def served(name: str) -> Iterator[str]:
     """The URL of the planned server ``name`` (see :data:`SERVERS`), stopped when the fixture ends."""
+    planned = SERVERS[name]
     try:
-        yield SERVERS[name].url()
+        yield planned.url()
     finally:
-        _retire(name)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    """Stop a shared server of :data:`_STOPPED_AFTER_LAST_USE` once the last collected test that
-    uses it is over: its memory goes to the servers the later modules start."""
-    for name in _STOPPED_AFTER_LAST_USE:
-        if _last_user.get(name) == item.nodeid:
-            _retire(name)
+        if planned.startup_seconds is not None:
+            _startup_seconds.append(planned.startup_seconds)
+        planned.stop()
 
 
 @pytest.fixture(scope="session")

@@ -28,19 +28,6 @@ def served_requests(base_url: str) -> float:
     )
 
 
-def test_the_router_passes_classify_requests_to_a_head_server(head_server_url: str) -> None:
-    """First in this file: the head server's last use, so that it is gone before the group starts."""
-    texts = headlines(64)
-    settings = {"labels": NEWS_LABELS, "model": "qwen3-cls", "mode": "head"}
-    direct = QwenClassifier(base_url=head_server_url, **settings).batch(texts)
-    log = ROOT / "out" / "test-router-head.log"
-    with Router([head_server_url], "round_robin", log_path=log) as router:
-        routed = QwenClassifier(base_url=router.base_url, batch_size=16, **settings).batch(texts)
-    assert [r.label for r in routed] == [r.label for r in direct]
-    for a, b in zip(direct, routed):
-        assert b.scores == pytest.approx(a.scores, abs=1e-4)
-
-
 @pytest.fixture(scope="module")
 def group(tiny_model: Path) -> Iterator[ServerGroup]:
     with ServerGroup(
@@ -84,6 +71,18 @@ def test_the_router_passes_what_the_classifier_sends(group: ServerGroup, tiny_mo
         assert b.scores == pytest.approx(a.scores, abs=1e-4)
     after = [served_requests(u) for u in group.base_urls]
     assert all(b - a >= 4 for a, b in zip(before, after))  # round robin reached both workers
+
+
+def test_the_router_passes_classify_requests_to_a_head_server(head_server_url: str) -> None:
+    texts = headlines(64)
+    settings = {"labels": NEWS_LABELS, "model": "qwen3-cls", "mode": "head"}
+    direct = QwenClassifier(base_url=head_server_url, **settings).batch(texts)
+    log = ROOT / "out" / "test-router-head.log"
+    with Router([head_server_url], "round_robin", log_path=log) as router:
+        routed = QwenClassifier(base_url=router.base_url, batch_size=16, **settings).batch(texts)
+    assert [r.label for r in routed] == [r.label for r in direct]
+    for a, b in zip(direct, routed):
+        assert b.scores == pytest.approx(a.scores, abs=1e-4)
 
 
 def test_the_scale_benchmark_measures_the_group(

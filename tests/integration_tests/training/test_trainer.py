@@ -266,17 +266,16 @@ def adapters(sft_model: tuple[Path, dict[str, Any]]) -> dict[str, Path]:
     return made
 
 
-#: The most of the module's servers up at once: the one the tests use and three booting ahead,
-#: each spawned only while memory allows (:meth:`ServersInTurn.spawn_ahead`).
-SERVERS_UP = 4
+#: The most of the module's servers up at once: the one the tests use and two booting ahead.
+SERVERS_UP = 3
 
 
 class ServersInTurn:
     """The module's servers, one for each group of tests (they sit together in this file), in
     the order the tests need them. Each is spawned ahead (``spawn``), so that it boots while the
     tests of the one before run; asked for (``url``), it stops those before it. At most
-    :data:`SERVERS_UP` are up at once, and one is spawned ahead only while memory allows: with the
-    shared servers and a background example's up, more would crowd 24 GiB."""
+    :data:`SERVERS_UP` are up at once, and one more only while memory allows: with the shared
+    servers and a background example's up, more would crowd 24 GiB."""
 
     def __init__(self) -> None:
         self.servers: dict[str, VLLMServer] = {}  # by key, in the order spawned
@@ -346,11 +345,9 @@ def head_url(servers: ServersInTurn, head_model: tuple[Path, dict[str, Any]], re
     url = servers.url(*HEAD_SERVER, head_model[0], served_model_name="news-head")
     servers.spawn_ahead(MULTI_HEAD_SERVER[0], request.getfixturevalue("multi_head_model")[0],
                         served_model_name="news-multi-head")  # fmt: skip
-    # The multi-label head's and the generate runner's tests take seconds: the later servers boot
-    # from here, on the core the parity tests on the shared server leave idle.
+    # The multi-label head's tests take seconds: the generate runner's server boots from here, on
+    # the core the parity tests on the shared server leave idle.
     servers.spawn_ahead("head-generate", request.getfixturevalue("head_generate_model")[0])
-    model, settings = _lora_server(request)
-    servers.spawn_ahead("lora", model, **settings)
     return url
 
 
