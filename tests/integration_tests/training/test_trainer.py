@@ -319,8 +319,8 @@ IN_TURN = ServersInTurn()
 def servers_ahead() -> None:
     """Spawn the module's first two servers, the trained head's and the multi-label head's, where
     memory allows. The conftest calls this as the modules before this one start: these heads were
-    trained long before, and their servers boot while those modules' tests wait on a server of
-    their own (at most a core's work), not while this module's tests do."""
+    trained long before, and their servers boot on the core those modules' tests leave idle (they
+    send one request at a time), not while this module's tests wait for them."""
     IN_TURN.spawn_ahead(HEAD_SERVER[0], _finished("head_model"), served_model_name="news-head")
     IN_TURN.spawn_ahead(MULTI_HEAD_SERVER[0], _finished("multi_head_model"), served_model_name="news-multi-head")
 
