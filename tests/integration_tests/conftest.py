@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,6 +125,7 @@ _QUEUED_LATER = {module for modules in _QUEUE_AHEAD.values() for module in modul
 _SERVERS_AHEAD = {name: ("test_trainer.py",) for name in ("test_chat_standard.py", "test_classifier.py")}
 _servers_asked: set[tuple[str, str]] = set()  # (module started, module asked)
 _planned: dict[str, list[Job]] = {}  # module file name -> the jobs its collected tests need
+_modules: dict[str, Any] = {}  # file name -> the integration module, where tests of it were collected
 _background_root: list[Path] = []
 
 
@@ -143,6 +145,7 @@ def _plan_background(items: list[pytest.Item]) -> None:
             used = modules.setdefault(item.path.name, (item.module, set()))[1]
             used.update([*item.fixturenames, item.originalname])
     for file, (module, used) in modules.items():
+        _modules[file] = module
         plan = getattr(module, "background_jobs", None)
         jobs = [job for name, jobs in (plan() if plan else {}).items() if name in used for job in jobs]
         if jobs:
@@ -180,18 +183,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for later in _SERVERS_AHEAD.get(item.path.name, ()):
         if (item.path.name, later) not in _servers_asked:
             _servers_asked.add((item.path.name, later))
-            module = next(
-                (
-                    other.module
-                    for other in item.session.items
-                    if isinstance(other, pytest.Function)
-                    and other.path.name == later
-                    and "integration_tests" in other.path.parts
-                ),
-                None,
-            )
-            if module is not None:
-                module.servers_ahead()
+            if later in _modules:
+                _modules[later].servers_ahead()
     planned = _SPAWN_AHEAD.get(item.path.name, ())
     if planned:
         used = {name for other in item.session.items for name in getattr(other, "fixturenames", ())}
