@@ -193,15 +193,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                 SERVERS[name].spawn()
 
 
+def _whole_suite(config: pytest.Config) -> bool:
+    """Whether this run is of every test: pytest's test paths, none deselected, none skipped over."""
+    narrowed = ("keyword", "markexpr", "deselect", "lf", "failedfirst", "stepwise", "collectonly", "exitfirst")
+    return config.args_source is pytest.Config.ArgsSource.TESTPATHS and not any(
+        getattr(config.option, option, None) for option in narrowed
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On a run of the whole suite, spawn the shared servers as pytest starts, before the tests are
+    collected: collecting keeps one core busy and leaves the other to their start-up."""
+    if _whole_suite(config):
+        for name in _SPAWN_AT_START:
+            SERVERS[name].spawn()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Spawn every shared server the collected integration tests use, all at once, before any test
-    runs: they boot side by side, and while the unit layer runs."""
+    runs: they boot side by side, and while the unit layer runs (those spawned as pytest started
+    and not used are stopped)."""
     if session.config.option.collectonly:
         return
     used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
     for name in _SPAWN_AT_START:
         if name in used:
             SERVERS[name].spawn()
+        else:
+            SERVERS[name].stop()
     _plan_background(session.items)
 
 

@@ -105,6 +105,11 @@ class BackgroundJobs:
                 self._thread = threading.Thread(target=self._run_queue, name="background-jobs", daemon=True)
                 self._thread.start()
 
+    def ended(self, job: Job) -> bool:
+        """Whether ``job`` has ended (with any exit code), without waiting."""
+        with self._wake:
+            return job.name in self._codes
+
     def result(self, job: Job, timeout: float = 3600) -> Path:
         """Wait for ``job`` (queued now if it is not yet) and return its log; an ``AssertionError``
         with the log's tail when it failed."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import select
@@ -74,9 +75,14 @@ def service(proxy: FaultProxy, tmp_path: Path) -> Iterator[Service]:
                 if httpx.get(f"{running.url}/ready", timeout=5).status_code == 200:
                     break
             time.sleep(0.1)
-        for text in headlines(8):
-            answer = httpx.post(f"{running.url}/v1/classify", json={"input": text}, headers=AUTHORISED, timeout=30)
-            assert answer.status_code == 200, answer.text
+        # Eight answered; on a loaded machine a warm-up request may outlast the short deadline (504).
+        warmed, texts = 0, itertools.cycle(headlines(8))
+        while warmed < 8:
+            assert time.monotonic() < deadline, "the service answered no 8 warm-up requests within 60 s"
+            body = {"input": next(texts)}
+            answer = httpx.post(f"{running.url}/v1/classify", json=body, headers=AUTHORISED, timeout=30)
+            assert answer.status_code in (200, 504), answer.text
+            warmed += answer.status_code == 200
         yield running
     finally:
         process.terminate()

