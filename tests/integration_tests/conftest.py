@@ -119,10 +119,11 @@ BACKGROUND = BackgroundJobs(ROOT / "out" / "background", ROOT)
 #: the training runs.
 _QUEUE_AHEAD = {"test_outliers.py": ("test_examples.py",)}
 _QUEUED_LATER = {module for modules in _QUEUE_AHEAD.values() for module in modules}
-#: Modules whose ``servers_ahead()`` is called as each module named first starts (again at each: a
-#: server is spawned once, and only while memory allows): the trainer module's first servers boot
-#: while the modules before it run, which leave a core to it.
-_SERVERS_AHEAD = {name: ("test_trainer.py",) for name in ("test_chat_standard.py", "test_classifier.py")}
+#: Modules whose ``servers_ahead(n)`` (their first n servers) is called as each module named first
+#: starts (again at each: a server is spawned once, and only while memory allows): the trainer
+#: module's first servers boot while the modules before it run, which leave a core to them, and
+#: its third from the classifier module's, which leave one most of the time.
+_SERVERS_AHEAD = {"test_chat_standard.py": (("test_trainer.py", 2),), "test_classifier.py": (("test_trainer.py", 3),)}
 _servers_asked: set[tuple[str, str]] = set()  # (module started, module asked)
 _planned: dict[str, list[Job]] = {}  # module file name -> the jobs its collected tests need
 _modules: dict[str, Any] = {}  # file name -> the integration module, where tests of it were collected
@@ -180,11 +181,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for file in (item.path.name, *_QUEUE_AHEAD.get(item.path.name, ())):
         for job in _planned.get(file, ()):
             BACKGROUND.queue(job)
-    for later in _SERVERS_AHEAD.get(item.path.name, ()):
+    for later, count in _SERVERS_AHEAD.get(item.path.name, ()):
         if (item.path.name, later) not in _servers_asked:
             _servers_asked.add((item.path.name, later))
             if later in _modules:
-                _modules[later].servers_ahead()
+                _modules[later].servers_ahead(count)
     planned = _SPAWN_AHEAD.get(item.path.name, ())
     if planned:
         used = {name for other in item.session.items for name in getattr(other, "fixturenames", ())}

@@ -316,15 +316,16 @@ class ServersInTurn:
 IN_TURN = ServersInTurn()
 
 
-def servers_ahead() -> None:
-    """Spawn the module's first three servers, the trained head's, the multi-label head's and the
-    LoRA server, where memory allows (the LoRA server only once its adapters are trained). The
-    conftest calls this as the modules before this one start: these models were trained long
-    before, and their servers boot on the core those modules' tests leave idle (they send one
-    request at a time), not while this module's tests wait for them."""
+def servers_ahead(count: int) -> None:
+    """Spawn the first ``count`` of the module's first three servers, the trained head's, the
+    multi-label head's and the LoRA server, where memory allows (the LoRA server only once its
+    adapters are trained). The conftest calls this as the modules before this one start: these
+    models were trained long before, and their servers boot on the core those modules' tests leave
+    idle (they send one request at a time), not while this module's tests wait for them."""
     IN_TURN.spawn_ahead(HEAD_SERVER[0], _finished("head_model"), served_model_name="news-head")
-    IN_TURN.spawn_ahead(MULTI_HEAD_SERVER[0], _finished("multi_head_model"), served_model_name="news-multi-head")
-    if all(BACKGROUND.ended(job) for job in _lora_jobs()):
+    if count >= 2:
+        IN_TURN.spawn_ahead(MULTI_HEAD_SERVER[0], _finished("multi_head_model"), served_model_name="news-multi-head")
+    if count >= 3 and all(BACKGROUND.ended(job) for job in _lora_jobs()):
         model, settings = _lora_server()
         IN_TURN.spawn_ahead("lora", model, **settings)
 
