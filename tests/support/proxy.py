@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -64,6 +65,17 @@ class Recorded:
     headers: dict[str, str]
 
 
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up before its reply (a caller past its deadline) is no error of the
+        proxy's: nothing is printed for it."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class FaultProxy:
     """Start with ``with FaultProxy(upstream_root) as proxy:``; point clients at ``proxy.base_url``."""
 
@@ -82,8 +94,7 @@ class FaultProxy:
         self.rewrite_all: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
         self._lock = threading.Lock()
         self._upstream = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=64))
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _ProxyServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
