@@ -165,11 +165,16 @@ def background_jobs() -> dict[str, tuple[Job, ...]]:
     }
 
 
+def _output(job: Job) -> Path:
+    """The model a background training job writes, once the job has finished."""
+    BACKGROUND.result(job)
+    return work_dir() / job.name.removeprefix("train-")
+
+
 def _finished(fixture: str) -> Path:
     """The model of ``fixture``'s one background training job, once it has finished."""
     (job,) = background_jobs()[fixture]
-    BACKGROUND.result(job)
-    return work_dir() / job.name.removeprefix("train-")
+    return _output(job)
 
 
 def _trained(fixture: str, what: str) -> tuple[Path, dict[str, Any]]:
@@ -256,13 +261,10 @@ def compact_adapter(sft_model: tuple[Path, dict[str, Any]]) -> tuple[Path, dict[
 @pytest.fixture(scope="module")
 def adapters(sft_model: tuple[Path, dict[str, Any]]) -> dict[str, Path]:
     """Two LoRA adapters on the stand-in, each for its own label set."""
-    made = {}
-    for job in background_jobs()["adapters"]:
-        BACKGROUND.result(job)
-        name = job.name.removeprefix("train-")
-        report = json.loads((work_dir() / name / "training.json").read_text())
+    made = {out.name: out for out in map(_output, background_jobs()["adapters"])}
+    for name, out in made.items():
+        report = json.loads((out / "training.json").read_text())
         record_seconds(f"train sft adapter {name!r} (in the background)", report["train_seconds"])
-        made[name] = work_dir() / name
     return made
 
 
@@ -345,10 +347,9 @@ def _lora_jobs() -> list[Job]:
 def _lora_server() -> tuple[Path, dict[str, Any]]:
     """The LoRA server's model and settings, once trained: the SFT stand-in as ``qwen3``, both
     adapters, the multi-label one and the compact one beside it."""
-    for job in _lora_jobs():
+    for job in background_jobs()["sft_model"]:
         BACKGROUND.result(job)
-    lora = {job.name.removeprefix("train-"): work_dir() / job.name.removeprefix("train-")
-            for job in background_jobs()["adapters"]}  # fmt: skip
+    lora = {out.name: out for out in map(_output, background_jobs()["adapters"])}
     lora[MULTI_ADAPTER] = _finished("multi_adapter")
     lora[COMPACT_ADAPTER] = _finished("compact_adapter")
     return NEWS_MODEL, {"lora": lora}
