@@ -7,8 +7,9 @@ server's engine flags (precision, memory share, KV cache, compilation: the flags
 line has) and environment (its GPU; a fresh MPS daemon where the servers ran under MPS). The
 prompts are the classifier's own, rendered by its plan (``QwenClassifier.prepare()``): token
 ids where it has a tokenizer, else its text prompts, tokenised by each engine before the clock
-starts. Each engine is asked what the classifier asks a server (:func:`sampling_from_body`:
-one token, greedy, the label tokens' logprobs as the classifier's request asks for them). The
+starts. Each engine is asked what the classifier asks a server: in generate mode
+(:func:`sampling_from_body`) one token, greedy, the label tokens' logprobs as the classifier's
+request asks for them; in head mode the head's class probabilities (``LLM.classify``). The
 texts are dealt among the engines (:func:`split_among`); each engine warms up, all start
 together, and the ceiling is every text over the span from the first start to the last finish.
 :func:`ceiling_work` makes the prompts and the sampling from a classifier set up against the
@@ -26,7 +27,7 @@ import queue
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_qwen_fast.bench.measure import FreshTexts
 from langchain_qwen_fast.bench.paths import request_body
@@ -171,17 +172,10 @@ def engine_spec(server: VLLMServer, env: Mapping[str, str] | None = None) -> Eng
     return EngineSpec(model=server.model, flags=tuple(engine_flags(server.command())), env=own)
 
 
-def measure_ceiling(
-    specs: Sequence[EngineSpec],
-    prompts: Sequence[Prompt],
-    warm_ups: Sequence[Prompt],
-    sampling: CeilingSampling,
-    timeout: float = 1800.0,
-) -> Ceiling:
-    """The ceiling of one engine a spec over ``prompts`` (dealt among them), each engine first
-    answering ``warm_ups``; every engine's process stopped at the end. ``timeout``: seconds for
-    the slowest engine to start and answer its share."""
-    work = CeilingWork(prompts=list(prompts), warm_ups=list(warm_ups), sampling=sampling)
+def measure_ceiling(specs: Sequence[EngineSpec], work: CeilingWork, timeout: float = 1800.0) -> Ceiling:
+    """The ceiling of one engine a spec over ``work``'s prompts (dealt among them), each engine
+    first answering its warm-ups; every engine's process stopped at the end. ``timeout``:
+    seconds for the slowest engine to start and answer its share."""
     return measure_ceilings(specs, [work], timeout)[0]
 
 
@@ -195,17 +189,10 @@ def measure_ceilings(
     barrier = context.Barrier(len(specs))
     results: Any = context.Queue()
     shares = [
-        [(share, list(work.warm_ups), work.sampling) for share in split_among(work.prompts, len(specs))]
+        [(share, list(work.warm_ups), work.engine_sampling()) for share in split_among(work.prompts, len(specs))]
         for work in works
     ]
-    ceilings_found = [
-        Ceiling(
-            engines=len(specs),
-            items=len(work.prompts),
-            request="logprob_token_ids" if work.sampling and work.sampling.logprob_token_ids else "allowed_token_ids",
-        )
-        for work in works
-    ]
+    ceilings_found = [Ceiling(engines=len(specs), items=len(work.prompts), request=work.request()) for work in works]
     processes = [
         context.Process(
             target=run_engine,
@@ -251,25 +238,45 @@ def measure_ceilings(
 @dataclass
 class CeilingWork:
     """What every ceiling of the run answers: the classifier's prompts for the run's texts and
-    for a few warm-up texts, and the sampling its request asks for; or why there is none."""
+    for a few warm-up texts, and what its request asks for (generate mode: the sampling; head
+    mode: the head's classes); or why there is none."""
 
     prompts: list[Any] = field(default_factory=list)
     warm_ups: list[Any] = field(default_factory=list)
     sampling: CeilingSampling | None = None
     reason: str | None = None
+    mode: Literal["generate", "head"] = "generate"
+
+    def missing(self) -> str | None:
+        """Why no engine can answer this work, or None."""
+        if self.reason is not None:
+            return self.reason
+        return "no sampling settings" if self.mode == "generate" and self.sampling is None else None
+
+    def engine_sampling(self) -> CeilingSampling | None:
+        """What an engine is given: the sampling to generate with, or None to classify."""
+        return self.sampling if self.mode == "generate" else None
+
+    def request(self) -> str:
+        """How the answer is asked for: ``classify`` (the head), or how the label tokens'
+        logprobs are (``logprob_token_ids`` or ``allowed_token_ids``)."""
+        if self.mode == "head":
+            return "classify"
+        return "logprob_token_ids" if self.sampling and self.sampling.logprob_token_ids else "allowed_token_ids"
 
 
 def ceiling_work(classifier: Any, model_name: str, items: int, mode: str) -> CeilingWork:
     """The ceiling's prompts and sampling from ``classifier``'s plan (its set-up done against
-    the group): token ids where it has a tokenizer, else its text prompts."""
-    if mode != "generate":
-        return CeilingWork(reason="a classification head's ceiling is not measured (generate mode only)")
+    the group): token ids where it has a tokenizer, else its text prompts. ``mode``: the
+    classifier's (``head``: the engines classify with the head)."""
     plan = classifier.prepare()
 
     def prompts(texts: list[str]) -> list[Any]:
         return list(plan.encode(texts)) if plan.tokenizer is not None else [plan.render(t) for t in texts]
 
     timed = prompts(news_items(items))
+    if mode == "head":
+        return CeilingWork(prompts=timed, warm_ups=prompts(FreshTexts()(64)), mode="head")
     try:
         sampling = sampling_from_body(request_body(plan, model_name, timed[:1]))
     except ValueError as exc:
@@ -284,8 +291,9 @@ def ceilings(
     fresh MPS daemon where the servers ran under one."""
     found = []
     for k in sorted(set(sizes)):
-        if work.sampling is None:
-            found.append(Ceiling(engines=k, items=len(work.prompts), error=work.reason or "no sampling settings"))
+        missing = work.missing()
+        if missing is not None:
+            found.append(Ceiling(engines=k, items=len(work.prompts), error=missing))
             continue
         daemon = MPSDaemon() if mps else None
         try:
@@ -293,7 +301,7 @@ def ceilings(
                 daemon.start()
             env = daemon.env if daemon is not None else {}
             chosen = [dataclasses.replace(spec, env={**spec.env, **env}) for spec in specs[:k]]
-            found.append(measure_ceiling(chosen, work.prompts, work.warm_ups, work.sampling, timeout))
+            found.append(measure_ceiling(chosen, work, timeout))
         except QwenFastError as exc:  # no MPS daemon: the row says why, the report keeps the rest
             found.append(Ceiling(engines=k, items=len(work.prompts), error=f"{type(exc).__name__}: {exc}"))
         finally:
@@ -342,18 +350,28 @@ def _ids(tokenizer: Any, prompt: Prompt) -> list[int]:
     return prompt if not isinstance(prompt, str) else list(tokenizer.encode(prompt, add_special_tokens=False))
 
 
+def _answered(answer: Any, sampling: CeilingSampling | None) -> bool:
+    """Whether an engine's answer carries what the classifier reads: the head's class
+    probabilities (``sampling`` None), or every label token's logprob."""
+    if sampling is None:
+        return bool(answer.outputs.probs)
+    logprobs: Any = answer.outputs[0].logprobs if answer.outputs else None
+    return bool(logprobs) and set(sampling.label_tokens) <= set(logprobs[0])
+
+
 def run_engine(
     index: int,
     spec: EngineSpec,
-    works: list[tuple[list[Prompt], list[Prompt], CeilingSampling]],
+    works: list[tuple[list[Prompt], list[Prompt], CeilingSampling | None]],
     barrier: Any,
     results: Any,
     timeout: float,
 ) -> None:
     """One engine's process: start it as its server was; then for each work (its share of the
-    prompts, warm-up prompts, sampling) warm it, wait for the others, answer its share; put the
-    list of its :class:`EngineRun` on ``results``. A failure aborts the barrier, so no other
-    engine waits for this one."""
+    prompts, warm-up prompts, and the sampling to generate with, or None to classify with the
+    head) warm it, wait for the others, answer its share; put the list of its
+    :class:`EngineRun` on ``results``. A failure aborts the barrier, so no other engine waits
+    for this one."""
     runs: list[EngineRun] = []
     try:
         os.environ.update(spec.env)  # before vLLM (and CUDA) are imported
@@ -369,21 +387,23 @@ def run_engine(
         def as_ids(batch: list[Prompt]) -> list[Any]:
             return [TokensPrompt(prompt_token_ids=_ids(tokenizer, p)) for p in batch]
 
+        def answer(batch: list[Any], params: Any) -> list[Any]:
+            if params is None:  # the head's classes
+                return list(llm.classify(batch, use_tqdm=False))
+            return list(llm.generate(batch, params, use_tqdm=False))
+
         for prompts, warm_ups, sampling in works:
             run = EngineRun(index=index, prompts=len(prompts))
             runs.append(run)
-            params = SamplingParams(**sampling.params())
+            params = SamplingParams(**sampling.params()) if sampling is not None else None
             timed, warm = as_ids(prompts), as_ids(warm_ups)
             if warm:
-                llm.generate(warm, params, use_tqdm=False)
+                answer(warm, params)
             barrier.wait(timeout)
             cpu, run.started = time.process_time(), time.time()
-            answers = llm.generate(timed, params, use_tqdm=False) if timed else []
+            answers = answer(timed, params) if timed else []
             run.finished, run.cpu_seconds = time.time(), time.process_time() - cpu
-            labels = set(sampling.label_tokens)
-            run.answered = sum(
-                1 for a in answers if a.outputs and a.outputs[0].logprobs and labels <= set(a.outputs[0].logprobs[0])
-            )
+            run.answered = sum(1 for a in answers if _answered(a, sampling))
     except BaseException as exc:  # reported, never raised: the parent waits on every engine's answer
         barrier.abort()
         if not runs or runs[-1].error is not None:

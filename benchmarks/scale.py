@@ -23,8 +23,9 @@ each to qwen-fast api and to vLLM (--service-workers); and one-at-a-time latency
 variants started side by side on the first GPU, with and without logprobs, engine steps split
 into CPU and GPU time by vLLM's torch profiler (--latency-variants FILE). Also reports
 one-at-a-time p50, GPU memory, and the cores each role (and the client's event loop) kept
-busy. --mode head measures a classification-head model (no ceiling). Writes scale.json after
-each part. Needs the 'benchmarks' extra; uses vLLM and nvidia-smi where present.
+busy. --mode head measures a classification-head model (its ceiling: engines that classify).
+Writes scale.json after each part. Needs the 'benchmarks' extra; uses vLLM and nvidia-smi where
+present.
 """
 
 from __future__ import annotations

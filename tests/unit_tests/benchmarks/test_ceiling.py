@@ -9,6 +9,8 @@ import pytest
 from benchmarks.ceiling import (
     Ceiling,
     CeilingSampling,
+    CeilingWork,
+    ceiling_work,
     engine_flags,
     engine_spec,
     fraction_of_ceiling,
@@ -16,7 +18,10 @@ from benchmarks.ceiling import (
     sampling_from_body,
     split_among,
 )
+from langchain_qwen_fast._core.prompting import LabelSet, local_plan
 from langchain_qwen_fast.serving import VLLMServer
+from langchain_qwen_fast.testing.samples import news_items
+from tests.support.fake_vllm import ToyTokenizer
 
 
 @pytest.mark.parametrize(("items", "parts"), [(10, 3), (8, 4), (2, 3), (0, 2), (7, 1)])
@@ -88,3 +93,29 @@ def test_an_engine_reads_only_the_flags_its_parser_knows() -> None:
     assert known_flags(flags, known) == [
         "--max-model-len", "512", "-O0", "--compilation-config", '{"mode": 3}', "--quantization=fp8",
     ]  # fmt: skip
+
+
+class _Prepared:
+    """What :func:`ceiling_work` reads of a classifier: its plan (the prompts are the same in
+    either mode)."""
+
+    def __init__(self) -> None:
+        self.plan = local_plan(LabelSet.build(["World", "Sports"]), ToyTokenizer())
+
+    def prepare(self) -> object:
+        return self.plan
+
+
+def test_a_heads_engines_classify_the_classifiers_own_prompts() -> None:
+    work = ceiling_work(_Prepared(), "q", 8, "head")
+    assert work.mode == "head" and work.missing() is None and work.request() == "classify"
+    assert work.engine_sampling() is None  # the engine classifies: no sampling, no logprobs
+    assert work.prompts == [list(ids) for ids in _Prepared().plan.encode(news_items(8))]
+
+
+def test_a_generating_work_needs_its_sampling() -> None:
+    work = ceiling_work(_Prepared(), "q", 4, "generate")
+    assert work.missing() is None and work.engine_sampling() is work.sampling and work.sampling is not None
+    assert work.request() == "logprob_token_ids"
+    assert CeilingWork(prompts=[[1]]).missing() == "no sampling settings"
+    assert CeilingWork(reason="a constrained choice").missing() == "a constrained choice"
