@@ -185,6 +185,10 @@ def measure_ceilings(
     """One ceiling for each of ``works``, one after the other on the same engines (started
     once: an engine's start costs far more than its answers): each work's prompts dealt
     among the engines, warmed, then all engines released together."""
+    for work in works:
+        missing = work.missing()
+        if missing is not None:  # else an engine would be handed no sampling and classify
+            raise ValueError(f"a work no engine can answer: {missing}")
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: vLLM and CUDA start clean
     barrier = context.Barrier(len(specs))
     results: Any = context.Queue()

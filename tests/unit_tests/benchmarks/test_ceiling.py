@@ -15,6 +15,7 @@ from benchmarks.ceiling import (
     engine_spec,
     fraction_of_ceiling,
     known_flags,
+    measure_ceilings,
     sampling_from_body,
     split_among,
 )
@@ -119,3 +120,5 @@ def test_a_generating_work_needs_its_sampling() -> None:
     assert work.request() == "logprob_token_ids"
     assert CeilingWork(prompts=[[1]]).missing() == "no sampling settings"
     assert CeilingWork(reason="a constrained choice").missing() == "a constrained choice"
+    with pytest.raises(ValueError, match="no sampling settings"):  # refused before any engine starts
+        measure_ceilings([], [CeilingWork(prompts=[[1]])])
