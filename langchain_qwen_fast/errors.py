@@ -1,12 +1,93 @@
-"""Typed errors. Every error names the problem; none ever carries the API key."""
+"""Typed errors, and the one rule that says whose failure each one is.
+
+Every error this package raises is a :class:`QwenFastError` defined here. None ever carries
+the API key. The tree::
+
+    QwenFastError
+    ├── InvalidInputError (ValueError)        the item's own: empty, not text, too long, ...
+    │   ├── ContextLengthError                 does not fit the server's context window
+    │   └── RequestTooLargeError               a service request's body past its limit
+    ├── LabelParseError                        the model's reply maps to no label
+    ├── DataFileError (ValueError)             a data file that cannot be read as asked
+    ├── TransportError                         the servers, or the way to them
+    │   ├── ServerConnectionError              refused, reset, closed early
+    │   ├── ServerTimeoutError                 no answer within the timeout
+    │   └── ServerStatusError                  an HTTP error status
+    ├── ResponseFormatError                    a reply that is not the JSON asked for
+    ├── ConfigurationError (ValueError)        options that cannot work (together)
+    ├── MissingDependencyError (ImportError)   an optional extra is not installed
+    ├── ServerStartError (RuntimeError)        a server that did not come up
+    ├── MeasurementError (RuntimeError)        a benchmark that could not measure
+    ├── Overloaded                             the service holds too much to take a request
+    ├── DeadlineExceeded (TimeoutError)        a service request's deadline passed
+    ├── RecordedError                          a job's row error, read back from its output
+    └── JobStopped                             a job stopped before its end
+        ├── InfrastructureFailure              ... because the servers failed
+        └── TooManyInputErrors                 ... because too many rows were bad
+
+The failure rule (:func:`blame`, :func:`is_input_error`, :func:`is_retryable`,
+:func:`splits_group`) is the only place that decides what an error means. The transport
+retries by it, the request procedure splits a refused group by it, the jobs write an item's
+error in place or stop by it, the service picks its HTTP status by it, the router routes by
+it and the chat model translates its SDK's errors into this tree before it applies.
+"""
 
 from __future__ import annotations
+
+from typing import Literal
+
+#: HTTP statuses by which a server refuses a request for its own content (the request, its
+#: size, a value in it). Only these say that one of a group's prompts is bad; 401, 403, 404
+#: and the like are the same for every prompt.
+REQUEST_STATUSES = frozenset({400, 413, 422})
+
+Blame = Literal["input", "infrastructure"]
 
 
 def is_retryable_status(status_code: int) -> bool:
     """The one retry rule for HTTP answers: 429 and 5xx may pass on retry; any other 4xx is the
     request's own fault and will fail again."""
     return status_code == 429 or status_code >= 500
+
+
+def blame(error: BaseException) -> Blame:
+    """Whose failure ``error`` is.
+
+    ``"input"``: the item's own, the same on any server and any try (an input that cannot be
+    classified, a reply that names no label, a data row that cannot be read, a request the
+    server refused for its content). A batch keeps it in the item's place, a job writes it in
+    the row, the service answers 4xx, the router sends the item to its default branch.
+
+    ``"infrastructure"``: the servers', the way to them, or this package's own (unreachable,
+    timing out, an error status other than a refusal of content, a reply that cannot be read):
+    it says nothing about the item and may pass later. A job stops on it, the service answers
+    5xx, the router raises it.
+    """
+    if isinstance(error, ServerStatusError):
+        return "input" if error.status_code in REQUEST_STATUSES else "infrastructure"
+    if isinstance(error, (InvalidInputError, LabelParseError, DataFileError)):
+        return "input"
+    return "infrastructure"
+
+
+def is_input_error(error: BaseException) -> bool:
+    """Whether ``error`` is the item's own (:func:`blame` is ``"input"``)."""
+    return blame(error) == "input"
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether another try of the same request may pass: a failed connection, a timeout, 429 or
+    5xx. Never an error of the input, nor a reply that could not be read."""
+    if isinstance(error, ServerStatusError):
+        return is_retryable_status(error.status_code)
+    return isinstance(error, (ServerConnectionError, ServerTimeoutError))
+
+
+def splits_group(error: BaseException) -> bool:
+    """Whether a group of prompts refused with ``error`` should be split to find the bad one:
+    only a refusal of the request's content does (any other answer would be the same for every
+    part, and splitting would only multiply the requests)."""
+    return isinstance(error, ServerStatusError) and error.status_code in REQUEST_STATUSES
 
 
 class QwenFastError(Exception):
@@ -36,6 +117,10 @@ class ContextLengthError(InvalidInputError):
         super().__init__(message)
         self.tokens = tokens
         self.limit = limit
+
+
+class RequestTooLargeError(InvalidInputError):
+    """A service request's body passed the service's size limit (while it streamed in)."""
 
 
 class TransportError(QwenFastError):
@@ -100,3 +185,56 @@ class ServerStartError(QwenFastError, RuntimeError):
 class MeasurementError(QwenFastError, RuntimeError):
     """A benchmark could not measure what it was asked to: requests failed during a timed run,
     or a measuring subprocess exited with an error (the message gives its output)."""
+
+
+class DeadlineExceeded(QwenFastError, TimeoutError):
+    """A request's deadline passed before its texts were answered (its texts left the line)."""
+
+
+class Overloaded(QwenFastError):
+    """The service holds too many texts to take a request's: refused whole, nothing queued.
+
+    Attributes:
+        queued: texts waiting or in flight when the request came.
+        limit: the most the service holds.
+        retry_after: whole seconds the caller should wait before trying again.
+    """
+
+    def __init__(self, *, asked: int, queued: int, limit: int, retry_after: int) -> None:
+        super().__init__(
+            f"the service holds {queued} texts (at most {limit}) and cannot take {asked} more; "
+            f"retry after {retry_after} s"
+        )
+        self.queued = queued
+        self.limit = limit
+        self.retry_after = retry_after
+
+
+class RecordedError(QwenFastError):
+    """A job's row error, read back from the row's ``error`` column: counted under the kind (the
+    error's type name) its text begins with."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.kind = text.split(":", 1)[0]
+
+
+class JobStopped(QwenFastError):
+    """The job stopped before its end. Its work folder keeps every chunk finished before the
+    one that stopped it, which is not written. ``exit_code``: ``qwen-fast classify``'s."""
+
+    exit_code = 3
+
+
+class InfrastructureFailure(JobStopped):
+    """The servers (or the way to them) failed: the set-up, or a row after the retries. Run
+    again when they answer, the job carries on from its last whole chunk."""
+
+    exit_code = 3
+
+
+class TooManyInputErrors(JobStopped):
+    """More rows failed for their input than ``max_error_rate`` allows, or a chunk's rows all
+    failed alike (a systematic error): fix the input or options, or allow more errors."""
+
+    exit_code = 4

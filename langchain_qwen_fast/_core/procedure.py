@@ -32,7 +32,13 @@ from langchain_qwen_fast._core.prompting import (
 )
 from langchain_qwen_fast._core.temperature import apply_temperature
 from langchain_qwen_fast._core.transport import Call, Steps
-from langchain_qwen_fast.errors import InvalidInputError, QwenFastError, ResponseFormatError, ServerStatusError
+from langchain_qwen_fast.errors import (
+    InvalidInputError,
+    QwenFastError,
+    ResponseFormatError,
+    ServerStatusError,
+    splits_group,
+)
 
 _log = logging.getLogger("langchain_qwen_fast")
 
@@ -141,7 +147,7 @@ class Procedure:
         alone = dataclasses.replace(plan, takes_prompt_lists=False)
         ask = alone if lists.taken is False else plan
         reply = (yield [vllm_api.classify_call(ask, self.model, step, [prompt])])[0]
-        if lists.taken is None and _is_request_error(reply):
+        if lists.taken is None and splits_group(reply):
             single = (yield [vllm_api.classify_call(alone, self.model, step, [prompt])])[0]
             if isinstance(single, Exception):
                 raise reply  # refused alone too: the list was not what it refused
@@ -455,7 +461,7 @@ class Procedure:
             for n, (group, reply) in enumerate(zip(groups, replies, strict=True), 1):
                 if n % _GROUPS_PER_CHECKPOINT == 0:
                     yield []  # parsing thousands of replies: let the event loop breathe
-                if _is_request_error(reply) and len(group) > 1:
+                if splits_group(reply) and len(group) > 1:
                     # One bad prompt fails the whole request: split to find it.
                     half = len(group) // 2
                     retry += [group[:half], group[half:]]
@@ -596,16 +602,6 @@ def _raise_any(results: list[Any]) -> list[Any]:
         if isinstance(result, Exception):
             raise result
     return results
-
-
-#: The answers that say one of a request's prompts is bad (the request itself, its size, a
-#: value in it): only these are split to find the prompt. 401/403/404 and the like are the
-#: same for every prompt, so splitting would only multiply the requests.
-_SPLIT_ON = frozenset({400, 413, 422})
-
-
-def _is_request_error(reply: Any) -> bool:
-    return isinstance(reply, ServerStatusError) and reply.status_code in _SPLIT_ON
 
 
 __all__ = ["Node", "Procedure", "Rules"]

@@ -46,6 +46,7 @@ from langchain_qwen_fast.errors import (
     ServerStatusError,
     ServerTimeoutError,
     TransportError,
+    is_retryable,
 )
 
 T = TypeVar("T")
@@ -83,12 +84,6 @@ class RetryPolicy:
             raise ConfigurationError("max_attempts must be at least 1")
         if self.deadline <= 0 or self.initial_backoff < 0 or self.max_backoff < 0:
             raise ConfigurationError("deadline must be positive and backoffs non-negative")
-
-
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, ServerStatusError):
-        return exc.retryable
-    return isinstance(exc, (ServerConnectionError, ServerTimeoutError))
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -543,8 +538,8 @@ class Transport:
         self.httpx = HttpxStack(self.wire, http_transport)
         #: how tries go over the wire (httpx until :meth:`use_stack` says otherwise)
         self.stack: HTTPStack = self.httpx
-        self._retrying = Retrying(**self._retry_kwargs(_retryable))
-        self._aretrying = AsyncRetrying(**self._retry_kwargs(_retryable))
+        self._retrying = Retrying(**self._retry_kwargs(is_retryable))
+        self._aretrying = AsyncRetrying(**self._retry_kwargs(is_retryable))
         #: retries refused by the retry budget so far
         self.retries_refused = 0
         self._jitter = wait_random_exponential(multiplier=retry.initial_backoff, max=retry.max_backoff)

@@ -7,7 +7,8 @@ import dataclasses
 import sys
 
 from langchain_qwen_fast.cli.options import defaults, options_from, whole_numbers
-from langchain_qwen_fast.jobs.job import SYSTEMATIC_ROWS, ClassifyOptions, JobStopped
+from langchain_qwen_fast.errors import JobStopped
+from langchain_qwen_fast.jobs.job import SYSTEMATIC_ROWS, ClassifyOptions
 from langchain_qwen_fast.jobs.ray_job import RayOptions, cluster_address
 
 DESCRIPTION = f"""\

@@ -59,10 +59,9 @@ from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import (
     ConfigurationError,
     DataFileError,
-    InvalidInputError,
-    LabelParseError,
-    QwenFastError,
-    ServerStatusError,
+    InfrastructureFailure,
+    TooManyInputErrors,
+    is_input_error,
 )
 from langchain_qwen_fast.jobs.columns import added_columns, error_text, result_columns
 from langchain_qwen_fast.jobs.parts import MANIFEST_VERSION, Part, WorkFolder, atomic_bytes, encode_digests, part_files
@@ -85,44 +84,9 @@ if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
 
 Result = Classification | BaseException
-#: HTTP statuses by which a server refuses a request for its own content: the procedure splits
-#: a refused group down to one prompt, so such an answer is that row's.
-REQUEST_STATUSES = frozenset({400, 413, 422})
 #: The fewest rows of a chunk whose failing all alike is a systematic error (a file's last few
 #: rows may fail alike by chance).
 SYSTEMATIC_ROWS = 10
-
-
-def is_input_error(error: BaseException) -> bool:
-    """Whether a row's error is its input's own, to be written in its place (a row that cannot
-    be read, a text that cannot be classified, a reply that names no label, a request the
-    server refused for its content). Any other error is the servers' or the way to them
-    (:class:`~langchain_qwen_fast.errors.TransportError`, a reply that cannot be read, an
-    error of this package's own): it would not be the row's answer on another try."""
-    if isinstance(error, ServerStatusError):
-        return error.status_code in REQUEST_STATUSES
-    return isinstance(error, (InvalidInputError, LabelParseError, DataFileError))
-
-
-class JobStopped(QwenFastError):
-    """The job stopped before its end. Its work folder keeps every chunk finished before the
-    one that stopped it, which is not written. ``exit_code``: ``qwen-fast classify``'s."""
-
-    exit_code = 3
-
-
-class InfrastructureFailure(JobStopped):
-    """The servers (or the way to them) failed: the set-up, or a row after the retries. Run
-    again when they answer, the job carries on from its last whole chunk."""
-
-    exit_code = 3
-
-
-class TooManyInputErrors(JobStopped):
-    """More rows failed for their input than ``max_error_rate`` allows, or a chunk's rows all
-    failed alike (a systematic error): fix the input or options, or allow more errors."""
-
-    exit_code = 4
 
 
 @dataclass(frozen=True)

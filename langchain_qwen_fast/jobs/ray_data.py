@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError, ResponseFormatError
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError, ResponseFormatError, is_input_error
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
-from langchain_qwen_fast.jobs.job import is_input_error, renamed_columns
+from langchain_qwen_fast.jobs.job import renamed_columns
 from langchain_qwen_fast.jobs.ray_read import PROBLEM_COLUMN
 from langchain_qwen_fast.jobs.tables import Layout, TextSource
 

@@ -45,9 +45,9 @@ import orjson
 
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
-from langchain_qwen_fast.errors import ConfigurationError, DataFileError
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InfrastructureFailure, RecordedError
 from langchain_qwen_fast.jobs.columns import probability_column
-from langchain_qwen_fast.jobs.job import ClassifyOptions, InfrastructureFailure, differences, fingerprint
+from langchain_qwen_fast.jobs.job import ClassifyOptions, differences, fingerprint
 from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor, peak_rss_mib, stage_of
 from langchain_qwen_fast.jobs.ray_read import EXTENSIONS, ROW_ID_COLUMN, read_table, row_id
 from langchain_qwen_fast.jobs.review import ReviewChunk, write_review
@@ -300,18 +300,10 @@ def count_block(
     return pa.table({"counts": [orjson.dumps(counts.to_json()).decode()], "review": [orjson.dumps(entries).decode()]})
 
 
-class WrittenError(Exception):
-    """A written row's error, read back: counted under the kind its text names."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.kind = text.split(":", 1)[0]
-
-
 def result_of(row: Mapping[str, Any], labels: tuple[str, ...], multi_label: bool) -> Classification | BaseException:
     """A written row's result, read back from its columns."""
     if row.get("error") is not None:
-        return WrittenError(str(row["error"]))
+        return RecordedError(str(row["error"]))
     scores = {label: row.get(probability_column(label)) for label in labels}
     kept = {label: float(p) for label, p in scores.items() if p is not None}
     chosen = row.get("labels")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
-from langchain_qwen_fast.errors import ConfigurationError, QwenFastError
+from langchain_qwen_fast.errors import ConfigurationError, DeadlineExceeded, Overloaded
 
 if TYPE_CHECKING:
     from langchain_qwen_fast._core.classification import Classification
@@ -37,29 +37,6 @@ def default_groups_in_flight(replicas: int, processes: int = 1) -> int:
     """Groups in flight for each of ``processes`` batchers over the same ``replicas``: together
     ``GROUPS_IN_FLIGHT_PER_REPLICA`` a replica, at least one each."""
     return max(1, GROUPS_IN_FLIGHT_PER_REPLICA * replicas // processes)
-
-
-class DeadlineExceeded(QwenFastError, TimeoutError):
-    """A request's deadline passed before its texts were answered (its texts left the line)."""
-
-
-class Overloaded(QwenFastError):
-    """The batcher holds too many texts to take a request's: refused whole, nothing queued.
-
-    Attributes:
-        queued: texts waiting or in flight when the request came.
-        limit: the most the batcher holds.
-        retry_after: whole seconds the caller should wait before trying again.
-    """
-
-    def __init__(self, *, asked: int, queued: int, limit: int, retry_after: int) -> None:
-        super().__init__(
-            f"the service holds {queued} texts (at most {limit}) and cannot take {asked} more; "
-            f"retry after {retry_after} s"
-        )
-        self.queued = queued
-        self.limit = limit
-        self.retry_after = retry_after
 
 
 class _Item:
@@ -320,6 +297,5 @@ __all__ = [
     "DEFAULT_MAX_QUEUED_TEXTS",
     "GROUPS_IN_FLIGHT_PER_REPLICA",
     "MicroBatcher",
-    "Overloaded",
     "default_groups_in_flight",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from langchain_qwen_fast.cli import classify
-from langchain_qwen_fast.jobs.job import InfrastructureFailure
+from langchain_qwen_fast.errors import InfrastructureFailure
 from langchain_qwen_fast.jobs.ray_job import RayJobReport, RayOptions
 from tests.support.cli import parse_command
 
