@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from langchain_qwen_fast._extras import lazy_exports
 from langchain_qwen_fast.errors import (
+    ConfigurationError,
     ContextLengthError,
     InvalidInputError,
     LabelParseError,
@@ -26,24 +27,18 @@ if TYPE_CHECKING:
 
 # Imported on first use: LangChain and the OpenAI client are slow to import, and a
 # `qwen-fast serve`, a client worker process or `import langchain_qwen_fast.errors` need none.
-_LAZY = {
-    "ChatQwenFast": "langchain_qwen_fast.chat_models",
-    "Classification": "langchain_qwen_fast.classification",
-    "ClassifierInput": "langchain_qwen_fast.classification",
-    "QwenClassifier": "langchain_qwen_fast.classifiers",
-    "ClassifierRouter": "langchain_qwen_fast.routing",
-    "classifier_tool": "langchain_qwen_fast.routing",
-    "label_edge": "langchain_qwen_fast.routing",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "ChatQwenFast": "langchain_qwen_fast.chat_models",
+        "Classification": "langchain_qwen_fast.classification",
+        "ClassifierInput": "langchain_qwen_fast.classification",
+        "QwenClassifier": "langchain_qwen_fast.classifiers",
+        "ClassifierRouter": "langchain_qwen_fast.routing",
+        "classifier_tool": "langchain_qwen_fast.routing",
+        "label_edge": "langchain_qwen_fast.routing",
+    },
+)
 
 
 try:
@@ -56,6 +51,7 @@ __all__ = [
     "Classification",
     "ClassifierInput",
     "ClassifierRouter",
+    "ConfigurationError",
     "ContextLengthError",
     "InvalidInputError",
     "LabelParseError",

@@ -20,7 +20,7 @@ from langchain_core.runnables.config import (
 )
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast._core.engine import Part
+    from langchain_qwen_fast._core.engine import BatchSlice
 
 # Per-item run bookkeeping in a big async batch is done in slices with a yield to the event
 # loop between them, so the loop keeps serving other tasks (the soak in
@@ -128,19 +128,19 @@ def raise_unless(return_exceptions: bool, results: list[Any]) -> list[Any]:
     return results
 
 
-def sizes_for(config: Any, part: Part | None) -> dict[str, Any]:
-    """The engine's sizes for a call: requests in flight from the run config (or the part),
-    and a part's fixed size."""
-    if part is None:
+def sizes_for(config: Any, batch_slice: BatchSlice | None) -> dict[str, Any]:
+    """The engine's sizes for a call: requests in flight from the run config (or the slice's),
+    and a slice's fixed size."""
+    if batch_slice is None:
         return {"max_concurrency": max_concurrency_of(config), "batch_size": None}
     return {
-        "max_concurrency": part.max_concurrency or max_concurrency_of(config),
-        "batch_size": len(part.span),
+        "max_concurrency": batch_slice.max_concurrency or max_concurrency_of(config),
+        "batch_size": len(batch_slice.span),
     }
 
 
-def part_config(config: RunnableConfig | Sequence[RunnableConfig] | None, part: Part) -> Any:
-    """A part's own slice of per-item configs (or the one config)."""
+def slice_config(config: RunnableConfig | Sequence[RunnableConfig] | None, batch_slice: BatchSlice) -> Any:
+    """A slice's own share of per-item configs (or the one config)."""
     if isinstance(config, Sequence):
-        return list(config[part.span.start : part.span.stop])
+        return list(config[batch_slice.span.start : batch_slice.span.stop])
     return config

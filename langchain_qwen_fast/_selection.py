@@ -10,8 +10,8 @@ from typing import Any
 from langchain_core.example_selectors import BaseExampleSelector
 
 from langchain_qwen_fast._core.classification import text_of
-from langchain_qwen_fast._core.procedure import Node
 from langchain_qwen_fast._core.prompting import ClassifierPlan, check_example
+from langchain_qwen_fast._core.settings import Node
 from langchain_qwen_fast.errors import InvalidInputError, QwenFastError
 
 Plans = Mapping[Node, ClassifierPlan]

@@ -2,31 +2,90 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import openai
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils import secret_from_env
 from langchain_openai import ChatOpenAI
-from pydantic import Field, PrivateAttr, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, model_validator
 from typing_extensions import Self
 
+from langchain_qwen_fast._core.base_urls import DEFAULT_BASE_URL
 from langchain_qwen_fast._core.prompting import strip_think
-from langchain_qwen_fast._core.transport import RetryPolicy, Transport
-from langchain_qwen_fast.errors import is_retryable_status
+from langchain_qwen_fast._core.transport import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_DEADLINE,
+    DEFAULT_TIMEOUT,
+    Transport,
+    TransportSettings,
+    parse_retry_after,
+)
+from langchain_qwen_fast.errors import (
+    ConfigurationError,
+    ServerConnectionError,
+    ServerStatusError,
+    ServerTimeoutError,
+    TransportError,
+    is_retryable,
+)
 
 _THINK_TAGS = ("<think>", "</think>")
 
 
-def _sdk_retryable(exc: BaseException) -> bool:
-    """Connection errors, timeouts, 429 and 5xx from the openai SDK; never other 4xx."""
+def _root_cause(exc: BaseException) -> BaseException:
+    """The first error under the SDK's own in ``exc``'s chain (what the HTTP client ran into),
+    else ``exc``."""
+    cause: BaseException | None = exc
+    while isinstance(cause, openai.OpenAIError):
+        cause = cause.__cause__
+    return cause or exc
+
+
+def _status_text(exc: openai.APIStatusError) -> str:
+    """The server's own error text, kept short."""
+    body = exc.body
+    message = body.get("message", body) if isinstance(body, dict) else body if body is not None else exc.message
+    return str(message)[:500]
+
+
+def _package_error(exc: openai.OpenAIError, base_url: str) -> TransportError:
+    """The openai SDK's error (or langchain-openai's subclass of it) as this package's: the
+    chat model then raises what the classifier raises, and retries by the same rule."""
+    if isinstance(exc, openai.APITimeoutError):  # an APIConnectionError too: asked first
+        return ServerTimeoutError(f"no answer from {exc.request.url} within the timeout")
+    if isinstance(exc, openai.APIConnectionError):
+        root = _root_cause(exc)
+        return ServerConnectionError(
+            f"talking to the server at {exc.request.url} failed: {type(root).__name__}: {root}"
+        )
     if isinstance(exc, openai.APIStatusError):
-        return is_retryable_status(exc.status_code)
-    return isinstance(exc, openai.APIConnectionError)  # includes APITimeoutError
+        hint = ""
+        if exc.status_code == 404 and not base_url.rstrip("/").endswith("/v1"):
+            hint = f" (the base URL {base_url} does not end in /v1, where vLLM serves the OpenAI API)"
+        return ServerStatusError(
+            f"server answered HTTP {exc.status_code} to {exc.response.request.url}: {_status_text(exc)}{hint}",
+            status_code=exc.status_code,
+            retry_after=parse_retry_after(exc.response.headers.get("retry-after")),
+        )
+    return TransportError(f"the chat request to {base_url} failed: {type(exc).__name__}: {exc}")
+
+
+def _settings_problems(exc: ValidationError) -> str:
+    """What each of pydantic's errors says, by field (a check of the whole model by its own
+    message), without the values."""
+    problems = []
+    for error in exc.errors():
+        cause = error.get("ctx", {}).get("error")
+        where = ".".join(map(str, error["loc"]))
+        what = str(cause) if isinstance(cause, Exception) else error["msg"]
+        problems.append(f"{where}: {what}" if where else what)
+    return "; ".join(problems)
 
 
 class ChatQwenFast(ChatOpenAI):
@@ -43,6 +102,12 @@ class ChatQwenFast(ChatOpenAI):
       ``message.additional_kwargs["reasoning_content"]``, not in ``content``. With thinking
       off, any ``<think>…</think>`` that still leaks is removed from ``content``.
     * No streaming unless you call ``stream``/``astream``.
+    * Failures raise this package's errors, as the classifier's do
+      (:class:`~langchain_qwen_fast.errors.ServerConnectionError`,
+      :class:`~langchain_qwen_fast.errors.ServerTimeoutError`,
+      :class:`~langchain_qwen_fast.errors.ServerStatusError`, else
+      :class:`~langchain_qwen_fast.errors.TransportError`), the SDK's error as ``__cause__``;
+      settings that cannot work raise :class:`~langchain_qwen_fast.errors.ConfigurationError`.
 
     Example:
         .. code-block:: python
@@ -53,17 +118,23 @@ class ChatQwenFast(ChatOpenAI):
 
     model_name: str = Field(default="qwen3", alias="model")
     """The served model name."""
-    openai_api_base: str | None = Field(default="http://127.0.0.1:8000/v1", alias="base_url")
+    openai_api_base: str | None = Field(default=DEFAULT_BASE_URL, alias="base_url")
     """The vLLM server's OpenAI-compatible base URL."""
     openai_api_key: SecretStr | None = Field(
         alias="api_key", default_factory=secret_from_env("VLLM_API_KEY", default="EMPTY")
     )
     """Bearer token (default: ``VLLM_API_KEY``, else a placeholder vLLM ignores)."""
+    request_timeout: float | tuple[float, float] | Any | None = Field(default=DEFAULT_TIMEOUT, alias="timeout")
+    """Seconds allowed for each HTTP request (the classifier's default; also what the SDK
+    sends each request with, which would otherwise be no limit)."""
     enable_thinking: bool = False
     """Let Qwen3 think before answering (its reasoning goes to ``reasoning_content``)."""
     stream_usage: bool | None = True
     """Ask for token usage in the last streamed chunk (vLLM supports ``stream_options``)."""
-    retry_deadline: float = Field(default=60.0, gt=0)
+    max_retries: int | None = Field(default=None, ge=0)
+    """Retries after the first try, for connection errors, timeouts, 429 and 5xx (None: the
+    classifier's default)."""
+    retry_deadline: float = Field(default=DEFAULT_RETRY_DEADLINE, gt=0)
     """No retry wait starts that would end more than this many seconds after the first try."""
     http_socket_options: Sequence[tuple[int, int, int]] | None = ()
     """Unused: requests go through this package's pooled clients (so ``ChatOpenAI``'s probe of
@@ -71,18 +142,26 @@ class ChatQwenFast(ChatOpenAI):
 
     _transport: Transport = PrivateAttr()
 
+    def __init__(self, **kwargs: Any) -> None:
+        try:
+            super().__init__(**kwargs)
+        except ValidationError as exc:
+            # Neither the pydantic error nor its values are kept: a value checked "before" is the
+            # whole input, API key included.
+            raise ConfigurationError(f"ChatQwenFast: {_settings_problems(exc)}") from None
+
     @model_validator(mode="after")
     def validate_environment(self) -> Self:
         """Build the shared transport and hand its pooled clients to the openai SDK."""
-        api_key = self.openai_api_key.get_secret_value() if self.openai_api_key else None
-        retries = 3 if self.max_retries is None else self.max_retries
-        timeout = self.request_timeout if isinstance(self.request_timeout, (int, float)) else 60.0
-        self._transport = Transport(
-            self.openai_api_base or "http://127.0.0.1:8000/v1",
-            api_key=api_key,
+        timeout = self.request_timeout if isinstance(self.request_timeout, (int, float)) else DEFAULT_TIMEOUT
+        settings = TransportSettings(
+            base_urls=(self.openai_api_base or DEFAULT_BASE_URL,),
+            api_key=self.openai_api_key.get_secret_value() if self.openai_api_key else None,
             timeout=float(timeout),
-            retry=RetryPolicy(max_attempts=retries + 1, deadline=self.retry_deadline),
+            max_retries=DEFAULT_MAX_RETRIES if self.max_retries is None else self.max_retries,
+            retry_deadline=self.retry_deadline,
         )
+        self._transport = Transport.from_settings(settings)
         self.http_client = self.http_client or self._transport.client
         self.http_async_client = self.http_async_client or self._transport.new_async_client()
         super().validate_environment()  # type: ignore[operator]
@@ -133,19 +212,58 @@ class ChatQwenFast(ChatOpenAI):
             **kwargs,
         )
 
-    # -- retries: the transport's policy around the SDK's (retry-free) calls ----------------
-    # The messages, stop words and options pass through as LangChain gives them (by keyword);
+    # -- errors: the package's, retried by the transport's policy around the SDK's calls -----
     # run_manager is named because LangChain hands a generation its callbacks only when the
     # method has a parameter of that name.
-    def _generate(self, *args: Any, run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        retrying, _ = self._transport.retrying(_sdk_retryable)
-        return retrying(super()._generate, *args, run_manager=run_manager, **kwargs)
+    @contextlib.contextmanager
+    def _package_errors(self) -> Iterator[None]:
+        """Raise the SDK's errors as this package's (the SDK's as ``__cause__``)."""
+        try:
+            yield
+        except openai.OpenAIError as exc:
+            raise _package_error(exc, self.openai_api_base or DEFAULT_BASE_URL) from exc
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        generate = super()._generate
+
+        def attempt() -> ChatResult:
+            with self._package_errors():
+                return generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+        retrying, _ = self._transport.retrying(is_retryable)
+        return retrying(attempt)
 
     async def _agenerate(
-        self, *args: Any, run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
     ) -> ChatResult:
-        _, aretrying = self._transport.retrying(_sdk_retryable)
-        return await aretrying(super()._agenerate, *args, run_manager=run_manager, **kwargs)
+        agenerate = super()._agenerate
+
+        async def attempt() -> ChatResult:
+            with self._package_errors():
+                return await agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+        _, aretrying = self._transport.retrying(is_retryable)
+        return await aretrying(attempt)
+
+    # A stream is not retried: its chunks may already have reached the caller.
+    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        with self._package_errors():
+            yield from super()._stream(*args, **kwargs)
+
+    async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        with self._package_errors():
+            async for chunk in super()._astream(*args, **kwargs):
+                yield chunk
 
     # -- reasoning: split out, or stripped when thinking is off ----------------------------
     def _create_chat_result(self, response: dict | openai.BaseModel, generation_info: dict | None = None) -> ChatResult:

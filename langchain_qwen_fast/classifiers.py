@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
+import pickle
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -10,22 +14,24 @@ from langchain_core.example_selectors import BaseExampleSelector
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.tools import BaseTool
 from langchain_core.utils import secret_from_env
-from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
+from typing_extensions import Self
 
 from langchain_qwen_fast._core import saved
 from langchain_qwen_fast._core.base_urls import resolve_base_url
 from langchain_qwen_fast._core.caches import ClassificationCache
-from langchain_qwen_fast._core.engine import Engine, EngineSettings, Part, arun_parts, run_parts
+from langchain_qwen_fast._core.engine import BatchSlice, Engine, arun_slices, run_slices
 from langchain_qwen_fast._core.labels import label_names, label_sets, thresholds
-from langchain_qwen_fast._core.procedure import Rules
-from langchain_qwen_fast._core.prompting import ClassifierPlan, Layout
+from langchain_qwen_fast._core.prompting import ClassifierPlan, PromptLayout
+from langchain_qwen_fast._core.settings import EngineSettings, Rules
+from langchain_qwen_fast._core.transport import DEFAULT_MAX_RETRIES, DEFAULT_RETRY_DEADLINE, DEFAULT_TIMEOUT
 from langchain_qwen_fast._runs import (
     abatch_with_runs,
     awith_run,
     max_concurrency_of,
-    part_config,
     raise_unless,
     sizes_for,
+    slice_config,
     unobserved,
     with_run,
 )
@@ -37,11 +43,13 @@ from langchain_qwen_fast.routing import BatchConfig, ClassifierRouter, classifie
 if TYPE_CHECKING:
     from langchain_qwen_fast.chat_models import ChatQwenFast
 
-#: The fields the engine takes as they are.
-_ENGINE_FIELDS = {"model", "mode", "timeout", "max_retries", "retry_deadline", "batch_size", "max_concurrency"}
-_ENGINE_FIELDS |= {"tokenizer_path", "client_processes"}
+#: The fields that are objects of the caller's rather than settings: never saved, shared (not
+#: copied) by a deep copy, and pickled only where they can be.
+_OBJECTS = ("example_selector", "cache", "http_transport")
 #: What :meth:`QwenClassifier.save` never writes: the key, and what cannot be saved.
-_NOT_SAVED = {"api_key", "example_selector", "cache", "http_transport"}
+_NOT_SAVED = {"api_key", *_OBJECTS}
+#: Fields whose value an error message never shows.
+_SECRET = {"api_key"}
 
 
 class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
@@ -73,7 +81,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     """Optional description per label, shown to the model next to the label."""
     instructions: str | None = None
     """Replaces the default instruction sentence at the top of the prompt."""
-    prompt_layout: Layout = "chat"
+    prompt_layout: PromptLayout = "chat"
     """``chat``: Qwen3's chat format, for any chat model. ``compact``: fewer tokens a text, for
     a model trained in it (``qwen-fast train --prompt-layout compact``; docs/capabilities.md)."""
     multi_label: bool = False
@@ -102,11 +110,11 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     text through ``/classify``; class i is ``labels[i]``. Same results, batching and errors."""
     api_key: SecretStr | None = Field(default_factory=secret_from_env("VLLM_API_KEY", default=None), exclude=True)
     """Bearer token, if the server requires one (default: ``VLLM_API_KEY``). Never saved."""
-    timeout: float = Field(default=30.0, gt=0)
+    timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
     """Seconds allowed for each HTTP request."""
-    max_retries: int = Field(default=3, ge=0)
+    max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0)
     """Retries after the first try, for connection errors, timeouts, 429 and 5xx."""
-    retry_deadline: float = Field(default=60.0, gt=0)
+    retry_deadline: float = Field(default=DEFAULT_RETRY_DEADLINE, gt=0)
     """No retry wait starts that would end more than this many seconds after the first try."""
     batch_size: int | None = Field(default=None, ge=1)
     """Prompts per request in ``batch``/``abatch``. None (default): picked per call, an equal
@@ -146,6 +154,14 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     _engine: Engine = PrivateAttr()
     _examples: ExampleSelection | None = PrivateAttr(default=None)
 
+    def __init__(self, **settings: Any) -> None:
+        """A classifier from ``settings`` (the fields above); settings that cannot work raise
+        :class:`~langchain_qwen_fast.errors.ConfigurationError` naming the field."""
+        try:
+            super().__init__(**settings)
+        except ValidationError as exc:
+            raise _configuration_error(exc) from exc
+
     @model_validator(mode="before")
     @classmethod
     def _no_unknown_arguments(cls, data: Any) -> Any:
@@ -182,28 +198,26 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
                 "example_selector cannot go; use one or the other"
             )
         self._examples = ExampleSelection(self.example_selector) if self.example_selector is not None else None
-        sets = label_sets(
-            self.labels,
-            descriptions=self.label_descriptions or {},
-            instructions=self.instructions,
-            multi_label=self.multi_label,
-            examples=self.examples or [],
-            layout=self.prompt_layout,
-        )
-        rules = Rules(self.abstain_below, self.temperature, thresholds(self.threshold, self.label_names))
-        fields = self.model_dump(include=_ENGINE_FIELDS)
-        self._engine = Engine(
-            EngineSettings(
-                **fields,
-                base_urls=tuple([self.base_url] if isinstance(self.base_url, str) else self.base_url),
-                label_sets=sets,
-                rules=rules,
-                api_key=self.api_key.get_secret_value() if self.api_key else None,
-                cache=self.cache,
-                http_transport=self.http_transport,
-            )
-        )
+        self._engine = Engine(self._engine_settings())
         return self
+
+    def _engine_settings(self) -> EngineSettings:
+        """The engine's settings: every field the engine has by a name of ours, as it is; the
+        URLs, the key, the label sets and the rules derived from ours."""
+        return EngineSettings(
+            **{name: getattr(self, name) for name in _taken_fields()},
+            base_urls=tuple([self.base_url] if isinstance(self.base_url, str) else self.base_url),
+            api_key=self.api_key.get_secret_value() if self.api_key else None,
+            label_sets=label_sets(
+                self.labels,
+                descriptions=self.label_descriptions or {},
+                instructions=self.instructions,
+                multi_label=self.multi_label,
+                examples=self.examples or [],
+                layout=self.prompt_layout,
+            ),
+            rules=Rules(self.abstain_below, self.temperature, thresholds(self.threshold, self.label_names)),
+        )
 
     @property
     def engine(self) -> Engine:
@@ -224,6 +238,43 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     def is_lc_serializable(cls) -> bool:
         """Not serialisable through LangChain's ``dumpd``; use :meth:`save`."""
         return False
+
+    # -- copies: each one built afresh from its fields ---------------------------------------
+    def _fields(self, memo: dict[int, Any] | None = None) -> dict[str, Any]:
+        """Every field's value; deep copies where ``memo`` is given (a deep copy's), but for the
+        caller's objects (:data:`_OBJECTS`), which a copy shares."""
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        if memo is None:
+            return fields
+        return {name: v if name in _OBJECTS else copy.deepcopy(v, memo) for name, v in fields.items()}
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A new classifier with this one's fields and ``update`` on top, validated and built
+        afresh (an engine of its own, set up on first use), so that it behaves as its fields
+        say. ``deep``: the fields are deep copies, but for ``example_selector``, ``cache`` and
+        ``http_transport``, which the copy shares."""
+        return type(self)(**{**self._fields({} if deep else None), **(update or {})})
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        """:meth:`model_copy` with ``deep=True``."""
+        return type(self)(**self._fields({} if memo is None else memo))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its fields (rebuilt through validation, with a fresh engine); an
+        example selector, cache or HTTP transport that cannot be pickled is named."""
+        fields = self._fields()
+        for name in _OBJECTS:
+            value = fields[name]
+            if value is None:
+                continue
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"this QwenClassifier cannot be pickled: its {name} ({type(value).__name__}) cannot "
+                    f"({type(exc).__name__}: {exc}); leave {name} out and give it to the copy again"
+                ) from exc
+        return (_rebuilt, (type(self), fields))
 
     @classmethod
     def from_chat_model(cls, chat: ChatQwenFast, labels: Sequence[str], **kwargs: Any) -> QwenClassifier:
@@ -250,17 +301,36 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         with ``overrides`` (e.g. ``base_url``, ``model``, ``api_key``) applied on top."""
         return cls(**{**saved.read(path), **overrides})
 
-    def as_router(self, routes: Mapping[str, Runnable | Any], *, default: Runnable | Any) -> ClassifierRouter:
+    def as_router(
+        self, routes: Mapping[str, Runnable | Any], *, default: Runnable | Any, outages_to_default: bool = False
+    ) -> ClassifierRouter:
         """A runnable that sends each input to the branch for its label (every chosen label's
         branch under ``multi_label``; see :class:`~langchain_qwen_fast.routing.ClassifierRouter`);
-        callables are wrapped."""
-        return classifier_router(self, self.label_names, routes, default)
+        callables are wrapped. ``outages_to_default``: send an input whose classification
+        failed for the servers' sake to ``default`` too, instead of raising."""
+        return classifier_router(self, self.label_names, routes, default, outages_to_default=outages_to_default)
 
     def as_tool(
-        self, args_schema: Any = None, *, name: str | None = None, description: str | None = None, **_: Any
+        self,
+        args_schema: Any = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        arg_types: Any = None,
+        **kwargs: Any,
     ) -> BaseTool:
         """A LangChain tool that labels a text, for agents (see
-        :func:`~langchain_qwen_fast.routing.classifier_tool`)."""
+        :func:`~langchain_qwen_fast.routing.classifier_tool`), named ``name`` (default
+        ``classify_text``) and described by ``description``. Its one argument is the text:
+        ``args_schema``, ``arg_types`` or any other argument is refused
+        (:class:`~langchain_qwen_fast.errors.ConfigurationError`), never dropped."""
+        given = {"args_schema": args_schema, "arg_types": arg_types, **kwargs}
+        refused = [key for key, value in given.items() if value is not None]
+        if refused:
+            raise ConfigurationError(
+                f"as_tool cannot honour {', '.join(refused)}: the classifier's tool takes one text, "
+                "under a schema of its own; give name and description only"
+            )
         return classifier_tool(self, labels=self.label_names, name=name or "classify_text", description=description)
 
     # -- set-up: decided once per classifier, from the server ---------------------------
@@ -276,17 +346,17 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return await self._engine.aprepare()
 
     # -- classification ------------------------------------------------------------------
-    def _classify(self, inputs: list[Any], config: Any = None, part: Part | None = None) -> list[Any]:
+    def _classify(self, inputs: list[Any], config: Any = None, piece: BatchSlice | None = None) -> list[Any]:
         examples = self._examples.select(inputs, self._engine.plans) if self._examples else None
         if isinstance(examples, Exception):
             return [examples] * len(inputs)
-        return self._engine.classify(inputs, examples=examples, **sizes_for(config, part))
+        return self._engine.classify(inputs, examples=examples, **sizes_for(config, piece))
 
-    async def _aclassify(self, inputs: list[Any], config: Any = None, part: Part | None = None) -> list[Any]:
+    async def _aclassify(self, inputs: list[Any], config: Any = None, piece: BatchSlice | None = None) -> list[Any]:
         examples = await self._examples.aselect(inputs, self._engine.aplans) if self._examples else None
         if isinstance(examples, Exception):
             return [examples] * len(inputs)
-        return await self._engine.aclassify(inputs, examples=examples, **sizes_for(config, part))
+        return await self._engine.aclassify(inputs, examples=examples, **sizes_for(config, piece))
 
     # -- Runnable interface ----------------------------------------------------------
     def invoke(self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any) -> Classification:
@@ -316,14 +386,14 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         (raised unless ``return_exceptions``)."""
         return raise_unless(return_exceptions, self._batch(list(inputs), config))
 
-    def _batch(self, inputs: list[Any], config: Any, part: Part | None = None) -> list[Any]:
+    def _batch(self, inputs: list[Any], config: Any, piece: BatchSlice | None = None) -> list[Any]:
         if not inputs:
             return []
         if unobserved(config):
-            return self._classify(inputs, config, part)
+            return self._classify(inputs, config, piece)
 
         def classify(items: list[Any], config: Any) -> list[Any]:
-            return self._classify(items, config, part)
+            return self._classify(items, config, piece)
 
         return self._batch_with_config(classify, inputs, config, return_exceptions=True)
 
@@ -338,12 +408,12 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         """Async :meth:`batch`."""
         return raise_unless(return_exceptions, await self._abatch(list(inputs), config))
 
-    async def _abatch(self, inputs: list[Any], config: Any, part: Part | None = None) -> list[Any]:
+    async def _abatch(self, inputs: list[Any], config: Any, piece: BatchSlice | None = None) -> list[Any]:
         if not inputs:
             return []
         if unobserved(config):
-            return await self._aclassify(inputs, config, part)
-        return await abatch_with_runs(self, inputs, config, lambda items, cfgs: self._aclassify(items, cfgs, part))
+            return await self._aclassify(inputs, config, piece)
+        return await abatch_with_runs(self, inputs, config, lambda items, cfgs: self._aclassify(items, cfgs, piece))
 
     def batch_as_completed(  # type: ignore[override]
         self,
@@ -353,15 +423,15 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> Iterator[tuple[int, Classification | Exception]]:
-        """Yield ``(index, result)`` as each part of ``batch_size`` inputs lands: the same
-        grouped requests as :meth:`batch`, with results as soon as their part is done."""
+        """Yield ``(index, result)`` as each slice of ``batch_size`` inputs lands: the same
+        grouped requests as :meth:`batch`, with results as soon as their slice is done."""
         items = list(inputs)
         self._engine.try_setup()
-        parts, at_once = self._engine.parts(len(items), max_concurrency_of(config))
-        for index, result in run_parts(
-            parts,
+        slices, at_once = self._engine.slices(len(items), max_concurrency_of(config))
+        for index, result in run_slices(
+            slices,
             at_once,
-            lambda part: self._batch(part.of(items), part_config(config, part), part),
+            lambda piece: self._batch(piece.of(items), slice_config(config, piece), piece),
         ):
             if isinstance(result, Exception) and not return_exceptions:
                 raise result
@@ -378,12 +448,12 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         """Async :meth:`batch_as_completed`."""
         items = list(inputs)
         await self._engine.atry_setup()
-        parts, at_once = self._engine.parts(len(items), max_concurrency_of(config))
+        slices, at_once = self._engine.slices(len(items), max_concurrency_of(config))
 
-        async def run(part: Part) -> list[Any]:
-            return await self._abatch(part.of(items), part_config(config, part), part)
+        async def run(piece: BatchSlice) -> list[Any]:
+            return await self._abatch(piece.of(items), slice_config(config, piece), piece)
 
-        async for index, result in arun_parts(parts, at_once, run):
+        async for index, result in arun_slices(slices, at_once, run):
             if isinstance(result, Exception) and not return_exceptions:
                 raise result
             yield index, result
@@ -396,3 +466,31 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     async def aclose(self) -> None:
         """Close this event loop's pooled async connections."""
         await self._engine.aclose()
+
+
+@functools.cache
+def _taken_fields() -> tuple[str, ...]:
+    """The engine's settings the classifier has fields of the same name for, handed over as
+    they are (the key is a secret here and in clear there: derived)."""
+    ours = QwenClassifier.model_fields
+    return tuple(f.name for f in dataclasses.fields(EngineSettings) if f.name in ours and f.name not in _SECRET)
+
+
+def _rebuilt(cls: type[QwenClassifier], fields: dict[str, Any]) -> QwenClassifier:
+    """A classifier unpickled: built from its fields."""
+    return cls(**fields)
+
+
+def _configuration_error(error: ValidationError) -> ConfigurationError:
+    """Pydantic's validation error as this package's, one readable problem per field; a secret
+    field's value is never shown."""
+    problems: dict[str, None] = {}
+    for problem in error.errors():
+        field = str(problem["loc"][0]) if problem["loc"] else ""
+        cause = (problem.get("ctx") or {}).get("error")
+        text = str(cause) if isinstance(cause, Exception) else problem["msg"]
+        value = problem.get("input")
+        shown = isinstance(value, (int, float, str, type(None))) and len(repr(value)) <= 80 and field not in _SECRET
+        got = f" (got {value!r})" if shown and not isinstance(cause, Exception) else ""
+        problems[f"{field}: {text}{got}" if field else text] = None
+    return ConfigurationError("; ".join(problems))

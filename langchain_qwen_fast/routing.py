@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import ConfigDict
 
 from langchain_qwen_fast.classification import Classification, ClassifierInput
-from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
+from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, is_input_error
 
 #: Anything that classifies like :class:`~langchain_qwen_fast.QwenClassifier`.
 Classifier = Runnable[ClassifierInput, Classification]
@@ -27,15 +28,32 @@ ROUTE_SCORES = "route_scores"
 ROUTE_ERROR = "route_error"
 
 
+def _fails_to_default(error: Exception, outages_to_default: bool) -> bool:
+    """Whether an input whose classification failed with ``error`` goes to the default branch
+    (its own failure, by :func:`~langchain_qwen_fast.errors.blame`; or any failure under
+    ``outages_to_default``) rather than raising ``error``: an outage routed as if the input
+    had no label would hide it."""
+    return outages_to_default or is_input_error(error)
+
+
 class ClassifierRouter(RunnableSerializable[Any, Any]):
     """Classify each input, then hand the *original* input to the branch for its label.
 
     The decision reaches the branch as run metadata (``route_label``, ``route_scores``, and
     ``route_error`` when classification failed) and as a ``route:<label>`` tag, so it shows in
     callbacks and traces and a branch can read it from its ``config``. Inputs whose label has
-    no branch, that abstained, or whose classification failed go to ``default``; nothing is
-    dropped. ``batch``/``abatch`` classify the whole batch in grouped requests first, then run
-    each branch once over its share, keeping input order.
+    no branch, that abstained, or whose classification failed for the input's own sake (an
+    :class:`~langchain_qwen_fast.errors.InvalidInputError`, a reply naming no label, a request
+    the server refused for its content) go to ``default``, as given; nothing is dropped.
+
+    A failure of the servers or of the way to them (a
+    :class:`~langchain_qwen_fast.errors.TransportError`, ...) is raised: ``invoke`` raises it,
+    and ``batch`` raises it before any branch runs, or returns it in the input's place under
+    ``return_exceptions=True``. With ``outages_to_default`` such inputs go to ``default`` too,
+    the error in ``route_error``.
+
+    ``batch``/``abatch`` classify the whole batch in grouped requests first, then run each
+    branch once over its share, keeping input order.
 
     Under a multi-label classifier an input goes to the branch of every chosen label, and its
     output is a dict of each branch's output by label (``{"default": ...}`` when no chosen label
@@ -50,9 +68,19 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
     """Branch per label."""
     default: Runnable
     """Branch for unknown, abstained and failed classifications."""
+    outages_to_default: bool = False
+    """Send inputs whose classification failed for the servers' sake to ``default`` too,
+    instead of raising the error."""
+
+    def _raises(self, result: Any) -> bool:
+        """Whether a classification's result is an error the router raises."""
+        return isinstance(result, Exception) and not _fails_to_default(result, self.outages_to_default)
 
     def _decide(self, result: Any) -> list[tuple[str, Runnable, dict[str, Any]]]:
-        """(route name, branch, metadata) for each branch the input goes to."""
+        """(route name, branch, metadata) for each branch the input goes to (none when the
+        result is an error to raise)."""
+        if self._raises(result):
+            return []
         if isinstance(result, Exception):
             meta = {ROUTE_LABEL: None, ROUTE_ERROR: f"{type(result).__name__}: {result}"}
             return [("default", self.default, meta)]
@@ -85,10 +113,17 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
                 entry[2].append(config)
         return plan
 
-    @staticmethod
-    def _collect(results: list[Any], answered: list[tuple[int, str, Any]]) -> list[Any]:
-        """Each input's output: its branch's, or by route name under multi-label."""
-        outputs: list[Any] = [None] * len(results)
+    def _raise_outage(self, results: list[Any], return_exceptions: bool) -> None:
+        """Unless the batch returns errors in place, raise the first error the router raises
+        now, before any branch runs: the batch fails, and the branches' work would be lost."""
+        raised = next((r for r in results if self._raises(r)), None)
+        if raised is not None and not return_exceptions:
+            raise raised
+
+    def _collect(self, results: list[Any], answered: list[tuple[int, str, Any]]) -> list[Any]:
+        """Each input's output: its branch's, or by route name under multi-label, or the error
+        raised in its place."""
+        outputs: list[Any] = [r if self._raises(r) else None for r in results]
         for i, name, answer in answered:
             if isinstance(results[i], Classification) and results[i].multi_label:
                 outputs[i] = {**(outputs[i] or {}), name: answer}
@@ -97,10 +132,15 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return outputs
 
     def _route(
-        self, inputs: list[Any], run_manager: list[CallbackManagerForChainRun], config: list[RunnableConfig]
+        self,
+        inputs: list[Any],
+        run_manager: list[CallbackManagerForChainRun],
+        config: list[RunnableConfig],
+        return_exceptions: bool = False,
     ) -> list[Any]:
         classify_configs = [patch_config(c, callbacks=rm.get_child("classify")) for c, rm in zip(config, run_manager)]
         results = self.classifier.batch(inputs, classify_configs, return_exceptions=True)
+        self._raise_outage(results, return_exceptions)
         answered = []
         for branch, pairs, configs in self._plan(inputs, results, run_manager, config).values():
             answers = branch.batch([inputs[i] for i, _ in pairs], configs, return_exceptions=True)
@@ -108,10 +148,15 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return self._collect(results, answered)
 
     async def _aroute(
-        self, inputs: list[Any], run_manager: list[AsyncCallbackManagerForChainRun], config: list[RunnableConfig]
+        self,
+        inputs: list[Any],
+        run_manager: list[AsyncCallbackManagerForChainRun],
+        config: list[RunnableConfig],
+        return_exceptions: bool = False,
     ) -> list[Any]:
         classify_configs = [patch_config(c, callbacks=rm.get_child("classify")) for c, rm in zip(config, run_manager)]
         results = await self.classifier.abatch(inputs, classify_configs, return_exceptions=True)
+        self._raise_outage(results, return_exceptions)
         answered = []
         for branch, pairs, configs in self._plan(inputs, results, run_manager, config).values():
             answers = await branch.abatch([inputs[i] for i, _ in pairs], configs, return_exceptions=True)
@@ -119,7 +164,7 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         return self._collect(results, answered)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Route one input."""
+        """Route one input; raises its branch's error, or an outage (see the class)."""
         return self.batch([input], config)[0]
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -130,13 +175,15 @@ class ClassifierRouter(RunnableSerializable[Any, Any]):
         self, inputs: list[Any], config: BatchConfig = None, *, return_exceptions: bool = False, **kwargs: Any
     ) -> list[Any]:
         """Classify every input in grouped requests, then run each branch once over its share."""
-        return self._batch_with_config(self._route, inputs, config, return_exceptions=return_exceptions)
+        route = functools.partial(self._route, return_exceptions=return_exceptions)
+        return self._batch_with_config(route, inputs, config, return_exceptions=return_exceptions)
 
     async def abatch(
         self, inputs: list[Any], config: BatchConfig = None, *, return_exceptions: bool = False, **kwargs: Any
     ) -> list[Any]:
         """Async :meth:`batch`."""
-        return await self._abatch_with_config(self._aroute, inputs, config, return_exceptions=return_exceptions)
+        route = functools.partial(self._aroute, return_exceptions=return_exceptions)
+        return await self._abatch_with_config(route, inputs, config, return_exceptions=return_exceptions)
 
 
 class _AgentInputError(ToolException, InvalidInputError):
@@ -144,10 +191,16 @@ class _AgentInputError(ToolException, InvalidInputError):
 
 
 def classifier_router(
-    classifier: Any, labels: Sequence[str], routes: Mapping[str, Any], default: Any
+    classifier: Any,
+    labels: Sequence[str],
+    routes: Mapping[str, Any],
+    default: Any,
+    *,
+    outages_to_default: bool = False,
 ) -> ClassifierRouter:
     """A :class:`ClassifierRouter` over ``classifier`` (whose labels are ``labels``), every
-    route a label of it; callables are wrapped as runnables."""
+    route a label of it; callables are wrapped as runnables. ``outages_to_default``: see
+    :attr:`ClassifierRouter.outages_to_default`."""
     unknown = sorted(set(routes) - set(labels))
     if unknown:
         raise ConfigurationError(f"routes name labels the classifier does not have: {unknown}")
@@ -155,6 +208,7 @@ def classifier_router(
         classifier=classifier,
         routes={label: coerce_to_runnable(branch) for label, branch in routes.items()},
         default=coerce_to_runnable(default),
+        outages_to_default=outages_to_default,
     )
 
 
@@ -202,16 +256,23 @@ def label_edge(
     *,
     default: str,
     text_key: str = "text",
+    outages_to_default: bool = False,
 ) -> RunnableLambda:
     """A LangGraph conditional edge: ``state[text_key]`` -> the node named for its label.
 
     Use as ``graph.add_conditional_edges("start", label_edge(clf, {...}, default="triage"))``.
-    Unknown, abstained or failed classifications go to ``default``. Works in sync and async
-    graphs (LangGraph accepts a runnable as the path).
+    Unknown and abstained classifications, and those that failed for the input's own sake, go
+    to ``default``; a failure of the servers is raised (the graph run fails with it), or goes
+    to ``default`` too under ``outages_to_default``, as in :class:`ClassifierRouter`. Works in
+    sync and async graphs (LangGraph accepts a runnable as the path).
     """
 
     def node_for(result: Classification | Exception) -> str:
-        if isinstance(result, Exception) or result.label is None:
+        if isinstance(result, Exception):
+            if _fails_to_default(result, outages_to_default):
+                return default
+            raise result
+        if result.label is None:
             return default
         return routes.get(result.label, default)
 

@@ -5,7 +5,7 @@ keeps them, decides how many requests go in flight and how many prompts go in ea
 the procedure with blocking or async I/O, spreads a large batch over client processes, and
 cuts a batch into the parts ``batch_as_completed`` yields. It imports no LangChain: the
 ``QwenClassifier`` facade, the HTTP service and the jobs all call it, and a client worker
-process builds one from :class:`EngineSettings` alone.
+process builds one from its :class:`~langchain_qwen_fast._core.settings.EngineSettings` alone.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypedDict, Unpack
 
-from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.classification import text_of
-from langchain_qwen_fast._core.procedure import Node, Procedure, Rules, batch_size_for
+from langchain_qwen_fast._core.procedure import Procedure, batch_size_for
 from langchain_qwen_fast._core.processes import ClientProcesses, merge, processes_for
-from langchain_qwen_fast._core.prompting import ClassifierPlan, LabelSet
-from langchain_qwen_fast._core.transport import RetryPolicy, Transport, adrive, drive
+from langchain_qwen_fast._core.prompting import ClassifierPlan
+from langchain_qwen_fast._core.settings import EngineSettings, Node
+from langchain_qwen_fast._core.transport import Steps, Transport, adrive, drive
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, MissingDependencyError
 
 #: Requests in flight per replica by default: enough that a server always has the next
@@ -47,42 +47,28 @@ SETUP_RETRY_COOLDOWN = 2.0
 _MIN_AINVOKE_GATE = 16
 
 
-@dataclass(frozen=True)
-class EngineSettings:
-    """Everything an engine is made of; what a client worker process is sent to build its own
-    (there ``cache`` and ``http_transport`` are None: they cannot travel)."""
+class ClassifyOptions(TypedDict, total=False):
+    """How :meth:`Engine.classify` sends a call's inputs (each may be left out)."""
 
-    base_urls: tuple[str, ...]
-    model: str
-    mode: Literal["generate", "head"]
-    #: label sets by hierarchy node (a flat classifier has only the top node)
-    label_sets: Mapping[Node, LabelSet]
-    rules: Rules
-    api_key: str | None = dataclasses.field(default=None, repr=False)
-    timeout: float = 30.0
-    max_retries: int = 3
-    retry_deadline: float = 60.0
-    #: prompts per request; None: picked per call (:func:`batch_size_for`)
-    batch_size: int | None = None
-    #: requests in flight; None: :meth:`Engine.max_concurrency`'s default
-    max_concurrency: int | None = None
-    tokenizer_path: str | None = None
-    cache: ClassificationCache | None = None
-    #: an ``httpx`` transport instead of the network (tests, custom TLS or proxies)
-    http_transport: Any = None
-    client_processes: int = 1
+    #: requests in flight (None: :meth:`Engine.max_concurrency`'s default)
+    max_concurrency: int | None
+    #: prompts per request (None: the settings', else picked per call)
+    batch_size: int | None
+    #: each input's selected examples, rendered (or the error selecting them raised)
+    examples: Sequence[str | Exception] | None
 
 
 @dataclass(frozen=True)
-class Part:
-    """One part of a batch that ``batch_as_completed`` classifies on its own: the inputs in
-    ``span``, with ``max_concurrency`` requests in flight (None: the call's)."""
+class BatchSlice:
+    """The slice of a batch that ``batch_as_completed`` classifies on its own and yields when
+    it lands: the inputs in ``span``, with ``max_concurrency`` requests in flight (None: the
+    call's)."""
 
     span: range
     max_concurrency: int | None
 
     def of(self, items: Sequence[Any]) -> list[Any]:
-        """This part's share of ``items``."""
+        """This slice's share of ``items``."""
         return list(items[self.span.start : self.span.stop])
 
 
@@ -99,29 +85,12 @@ class Engine:
                     f"{stay[0]} cannot go; use one or the other"
                 )
         self.settings = settings
-        urls = list(settings.base_urls)
-        self._transport = Transport(
-            urls,
-            api_key=settings.api_key,
-            timeout=settings.timeout,
-            retry=RetryPolicy(max_attempts=settings.max_retries + 1, deadline=settings.retry_deadline),
-            # Room for the most requests in flight of either kind of server: connections are
-            # opened only as requests need them.
-            pool_size=max(settings.max_concurrency or 0, ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA * len(urls)),
-            http_transport=settings.http_transport,
-        )
+        # Room for the most requests in flight of either kind of server: connections are
+        # opened only as requests need them.
+        pool = max(settings.max_concurrency or 0, ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA * len(settings.base_urls))
+        self._transport = Transport.from_settings(settings, pool_size=pool)
         tokenizer = load_tokenizer(settings.tokenizer_path) if settings.tokenizer_path is not None else None
-        self._procedure = Procedure(
-            model=settings.model,
-            mode=settings.mode,
-            batch_size=settings.batch_size,
-            rules=settings.rules,
-            label_sets=settings.label_sets,
-            tokenizer=tokenizer,
-            tokenizer_path=settings.tokenizer_path,
-            cache=settings.cache,
-            servers=tuple(self._transport.base_urls),
-        )
+        self._procedure = Procedure(settings, tokenizer)
         self._plans: dict[Node, ClassifierPlan] | None = None
         #: the last set-up's failure, and until when it stands
         self._setup_failure: tuple[float, Exception] | None = None
@@ -141,6 +110,11 @@ class Engine:
         return f"Engine(model={self.settings.model!r}, base_urls={list(self.settings.base_urls)!r})"
 
     @property
+    def transport(self) -> Transport:
+        """The transport every request of this engine goes through."""
+        return self._transport
+
+    @property
     def replica_count(self) -> int:
         """The vLLM servers (replicas) requests are spread over."""
         return self._transport.replicas.count
@@ -152,47 +126,43 @@ class Engine:
     # -- set-up: learnt once from the server ------------------------------------------------
     def plans(self) -> dict[Node, ClassifierPlan]:
         """Every hierarchy node's plan, learnt from the server on first use; raises what the
-        set-up ran into (and tries again on the next call)."""
-        if self._plans is None:
-            with self._plan_lock:
-                if self._plans is None:
-                    self._raise_recent_failure()
-                    try:
-                        plans = drive(self._transport, self._procedure.setup_steps(), self.max_concurrency())
-                    except Exception as exc:
-                        self._setup_failure = (time.monotonic() + SETUP_RETRY_COOLDOWN, exc)
-                        raise
-                    self._plans = self._fit_transport(plans)
-        return self._plans
+        set-up ran into (and tries again on the next call once its cool-down is over)."""
+        if self._plans is not None:
+            return self._plans
+        with self._plan_lock:  # another thread's set-up may have ended while this one waited
+            known = self._plans
+            return known if known is not None else drive(self._transport, self._setup_steps(), self.max_concurrency())
 
     async def aplans(self) -> dict[Node, ClassifierPlan]:
         """Async :meth:`plans`."""
-        if self._plans is None:
-            lock = self._aplan_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
-            async with lock:
-                if self._plans is None:
-                    self._raise_recent_failure()
-                    try:
-                        plans = await adrive(self._transport, self._procedure.setup_steps(), self.max_concurrency())
-                    except Exception as exc:
-                        self._setup_failure = (time.monotonic() + SETUP_RETRY_COOLDOWN, exc)
-                        raise
-                    self._plans = self._fit_transport(plans)
-        return self._plans
+        if self._plans is not None:
+            return self._plans
+        async with self._aplan_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
+            known = self._plans
+            return (
+                known
+                if known is not None
+                else await adrive(self._transport, self._setup_steps(), self.max_concurrency())
+            )
 
-    def _raise_recent_failure(self) -> None:
-        """Raise the last set-up's failure while it stands (see ``SETUP_RETRY_COOLDOWN``)."""
-        failure = self._setup_failure
-        if failure is not None and time.monotonic() < failure[0]:
-            error = failure[1]
+    def _setup_steps(self) -> Steps[dict[Node, ClassifierPlan]]:
+        """The set-up, kept: its plans, with the transport's HTTP stack fitted to the server
+        they were learnt from; or its failure, given to every caller for
+        ``SETUP_RETRY_COOLDOWN`` seconds (with the server unreachable, the callers waiting on
+        one set-up all hear its failure, rather than each trying in turn behind the one before)."""
+        until, error = self._setup_failure or (0.0, None)
+        if error is not None and time.monotonic() < until:
             raise error
-
-    def _fit_transport(self, plans: dict[Node, ClassifierPlan]) -> dict[Node, ClassifierPlan]:
-        """``plans``, with the transport's HTTP stack fitted to the server they were learnt
-        from: where it takes one prompt a request, many small requests go in flight, and
-        aiohttp sends those at a fraction of httpx's CPU a request."""
+        try:
+            plans = yield from self._procedure.setup_steps()
+        except Exception as exc:
+            self._setup_failure = (time.monotonic() + SETUP_RETRY_COOLDOWN, exc)
+            raise
+        # Where the server takes one prompt a request, many small requests go in flight, and
+        # aiohttp sends those at a fraction of httpx's CPU a request.
         if not plans[()].takes_prompt_lists and not self._transport.custom_http_transport:
             self._transport.use_stack(self._transport.aiohttp_stack())
+        self._plans = plans
         return plans
 
     def prepare(self) -> ClassifierPlan:
@@ -247,101 +217,75 @@ class Engine:
             known = self._ainvoke_gates[loop] = (size, asyncio.Semaphore(size))
         return known[1]
 
-    def parts(self, count: int, max_concurrency: int | None = None) -> tuple[list[Part], int]:
-        """How ``batch_as_completed`` cuts ``count`` inputs (parts of ``batch_size`` inputs)
-        and how many parts run at once. Against a server that takes one prompt a request,
-        each part's prompts are requests of their own: the parts running at once share the
+    def slices(self, count: int, max_concurrency: int | None = None) -> tuple[list[BatchSlice], int]:
+        """How ``batch_as_completed`` cuts ``count`` inputs (slices of ``batch_size`` inputs)
+        and how many slices run at once. Against a server that takes one prompt a request,
+        each slice's prompts are requests of their own: the slices running at once share the
         requests in flight between them."""
         in_flight = self.max_concurrency(max_concurrency)
         size = self.settings.batch_size or batch_size_for(count, in_flight)
         spans = [range(start, min(start + size, count)) for start in range(0, count, size)]
         at_once = max(1, min(in_flight, len(spans)))
         share = max(1, in_flight // at_once) if self.one_prompt_server else None
-        return [Part(span, share) for span in spans], at_once
+        return [BatchSlice(span, share) for span in spans], at_once
 
     # -- classification ---------------------------------------------------------------------
-    def classify(
-        self,
-        inputs: Sequence[Any],
-        *,
-        max_concurrency: int | None = None,
-        batch_size: int | None = None,
-        examples: Sequence[str | Exception] | None = None,
-    ) -> list[Any]:
-        """Each input's ``Classification`` or the exception it ended with, in input order.
-        ``examples``: each input's selected examples, rendered. A large batch without a fixed
-        ``batch_size`` or examples is spread over the client processes, if any."""
+    def classify(self, inputs: Sequence[Any], **how: Unpack[ClassifyOptions]) -> list[Any]:
+        """Each input's ``Classification`` or the exception it ended with, in input order
+        (``how``: see :class:`ClassifyOptions`). A large batch without a fixed ``batch_size``
+        or examples is spread over the client processes, if any."""
         inputs = list(inputs)
-        if not inputs:
-            return []
-        shares = self._shares(inputs, batch_size, examples)
+        shares = self._shares(inputs, how)
         if shares is None:
-            return self._classify_here(inputs, max_concurrency, batch_size, examples)
+            return self._classify_here(inputs, how)
         self.try_setup()
-        outcomes = shares.pool.classify(shares.texts, self.max_concurrency(max_concurrency), shares.parts)
-        lost = shares.lost_inputs(outcomes)
-        return shares.results(self._classify_here(lost, max_concurrency, None, None) if lost else [])
+        outcomes = shares.pool.classify(shares.texts, self.max_concurrency(how.get("max_concurrency")), shares.parts)
+        return shares.results(self._classify_here(shares.lost_inputs(outcomes), shares.rest(how)))
 
-    async def aclassify(
-        self,
-        inputs: Sequence[Any],
-        *,
-        max_concurrency: int | None = None,
-        batch_size: int | None = None,
-        examples: Sequence[str | Exception] | None = None,
-    ) -> list[Any]:
+    async def aclassify(self, inputs: Sequence[Any], **how: Unpack[ClassifyOptions]) -> list[Any]:
         """Async :meth:`classify`."""
         inputs = list(inputs)
-        if not inputs:
-            return []
-        shares = self._shares(inputs, batch_size, examples)
+        shares = self._shares(inputs, how)
         if shares is None:
-            return await self._aclassify_here(inputs, max_concurrency, batch_size, examples)
+            return await self._aclassify_here(inputs, how)
         await self.atry_setup()
-        outcomes = await shares.pool.aclassify(shares.texts, self.max_concurrency(max_concurrency), shares.parts)
-        lost = shares.lost_inputs(outcomes)
-        return shares.results(await self._aclassify_here(lost, max_concurrency, None, None) if lost else [])
+        in_flight = self.max_concurrency(how.get("max_concurrency"))
+        outcomes = await shares.pool.aclassify(shares.texts, in_flight, shares.parts)
+        return shares.results(await self._aclassify_here(shares.lost_inputs(outcomes), shares.rest(how)))
 
-    def _classify_here(
-        self,
-        inputs: list[Any],
-        max_concurrency: int | None,
-        batch_size: int | None,
-        examples: Sequence[str | Exception] | None,
-    ) -> list[Any]:
+    def _classify_here(self, inputs: list[Any], how: ClassifyOptions) -> list[Any]:
+        """:meth:`classify` in this process."""
         try:
-            plans = self.plans()
+            plans: dict[Node, ClassifierPlan] | Exception = self.plans() if inputs else {}
         except Exception as exc:
-            return [exc] * len(inputs)
-        in_flight = self.max_concurrency(max_concurrency)
-        steps = self._procedure.classify_steps(
-            inputs, plans, examples, max_concurrency=in_flight, batch_size=batch_size
-        )
-        return drive(self._transport, steps, in_flight)
+            plans = exc
+        return drive(self._transport, *self._job(inputs, plans, how))
 
-    async def _aclassify_here(
-        self,
-        inputs: list[Any],
-        max_concurrency: int | None,
-        batch_size: int | None,
-        examples: Sequence[str | Exception] | None,
-    ) -> list[Any]:
+    async def _aclassify_here(self, inputs: list[Any], how: ClassifyOptions) -> list[Any]:
+        """Async :meth:`_classify_here`."""
         try:
-            plans = await self.aplans()
+            plans: dict[Node, ClassifierPlan] | Exception = await self.aplans() if inputs else {}
         except Exception as exc:
-            return [exc] * len(inputs)
-        in_flight = self.max_concurrency(max_concurrency)
-        steps = self._procedure.classify_steps(
-            inputs, plans, examples, max_concurrency=in_flight, batch_size=batch_size
-        )
-        return await adrive(self._transport, steps, in_flight)
+            plans = exc
+        return await adrive(self._transport, *self._job(inputs, plans, how))
 
-    def _shares(
-        self, inputs: list[Any], batch_size: int | None, examples: Sequence[str | Exception] | None
-    ) -> _Shares | None:
+    def _job(
+        self, inputs: list[Any], plans: dict[Node, ClassifierPlan] | Exception, how: ClassifyOptions
+    ) -> tuple[Steps[list[Any]], int]:
+        """The steps that classify ``inputs`` with ``plans`` (every input gets the set-up's
+        error if they are one), and the requests they may have in flight."""
+        in_flight = self.max_concurrency(how.get("max_concurrency"))
+        if isinstance(plans, Exception) or not inputs:
+            return _done([plans] * len(inputs)), in_flight
+        steps = self._procedure.classify_steps(
+            inputs, plans, how.get("examples"), max_concurrency=in_flight, batch_size=how.get("batch_size")
+        )
+        return steps, in_flight
+
+    def _shares(self, inputs: list[Any], how: ClassifyOptions) -> _Shares | None:
         """The batch cut into shares for the client processes; None: it runs here (no client
         processes, a fixed batch size, examples chosen per input, or too few items)."""
-        if self._processes is None or batch_size is not None or examples is not None:
+        if self._processes is None or how.get("batch_size") is not None or how.get("examples") is not None:
             return None
         parts = processes_for(len(inputs), self.settings.client_processes)
         return _Shares(self._processes, parts, inputs) if parts > 1 else None
@@ -358,33 +302,41 @@ class Engine:
         await self._transport.aclose()
 
 
-def run_parts(parts: Sequence[Part], at_once: int, run: Callable[[Part], list[Any]]) -> Iterator[tuple[int, Any]]:
-    """``(index, result)`` for every input of ``parts`` as each part lands, ``at_once`` parts
-    running at a time on threads; ``run`` classifies one part."""
-    with ThreadPoolExecutor(at_once, thread_name_prefix="qwen-fast-part") as pool:
-        futures = {pool.submit(run, part): part for part in parts}
+def _done(results: list[Any]) -> Steps[list[Any]]:
+    """Steps that send nothing and end with ``results``."""
+    return results
+    yield  # a generator all the same
+
+
+def run_slices(
+    slices: Sequence[BatchSlice], at_once: int, run: Callable[[BatchSlice], list[Any]]
+) -> Iterator[tuple[int, Any]]:
+    """``(index, result)`` for every input of ``slices`` as each slice lands, ``at_once``
+    slices running at a time on threads; ``run`` classifies one slice."""
+    with ThreadPoolExecutor(at_once, thread_name_prefix="qwen-fast-slice") as pool:
+        futures = {pool.submit(run, piece): piece for piece in slices}
         for future in as_completed(futures):
             start = futures[future].span.start
             for offset, result in enumerate(future.result()):
                 yield start + offset, result
 
 
-async def arun_parts(
-    parts: Sequence[Part], at_once: int, run: Callable[[Part], Awaitable[list[Any]]]
+async def arun_slices(
+    slices: Sequence[BatchSlice], at_once: int, run: Callable[[BatchSlice], Awaitable[list[Any]]]
 ) -> AsyncIterator[tuple[int, Any]]:
-    """Async :func:`run_parts`: the parts are tasks, ``at_once`` of them classifying at a time."""
+    """Async :func:`run_slices`: the slices are tasks, ``at_once`` of them classifying at a time."""
     gate = asyncio.Semaphore(at_once)
 
-    async def one(part: Part) -> tuple[Part, list[Any]]:
+    async def one(piece: BatchSlice) -> tuple[BatchSlice, list[Any]]:
         async with gate:
-            return part, await run(part)
+            return piece, await run(piece)
 
-    tasks = [asyncio.ensure_future(one(part)) for part in parts]
+    tasks = [asyncio.ensure_future(one(piece)) for piece in slices]
     try:
         for next_done in asyncio.as_completed(tasks):
-            part, results = await next_done
+            piece, results = await next_done
             for offset, result in enumerate(results):
-                yield part.span.start + offset, result
+                yield piece.span.start + offset, result
     finally:
         for task in tasks:
             task.cancel()
@@ -436,6 +388,12 @@ class _Shares:
         self._shared, self._lost = merge(len(self.texts), outcomes)
         return [self.inputs[self.places[i]] for i in self._lost]
 
+    @staticmethod
+    def rest(how: ClassifyOptions) -> ClassifyOptions:
+        """How the texts of the lost shares are classified here: the call's requests in
+        flight (its batch size and examples kept them from the workers to begin with)."""
+        return {"max_concurrency": how.get("max_concurrency")}
+
     def results(self, redone: Sequence[Any]) -> list[Any]:
         """Every input's result or error in its place, with ``redone`` (the results of
         :meth:`lost_inputs`) for the lost shares' texts."""
@@ -448,10 +406,10 @@ class _Shares:
 __all__ = [
     "MAX_CONCURRENCY_PER_REPLICA",
     "ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA",
+    "BatchSlice",
+    "ClassifyOptions",
     "Engine",
-    "EngineSettings",
-    "Part",
-    "arun_parts",
+    "arun_slices",
     "load_tokenizer",
-    "run_parts",
+    "run_slices",
 ]

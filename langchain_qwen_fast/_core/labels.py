@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_qwen_fast._core.procedure import Node
-from langchain_qwen_fast._core.prompting import LabelSet, Layout
+from langchain_qwen_fast._core.prompting import LabelSet, PromptLayout
+from langchain_qwen_fast._core.settings import Node
 from langchain_qwen_fast.errors import ConfigurationError
 
 #: Labels: a list, or a hierarchy such as ``{"Sports": ["Football", "Tennis"], "Business": None}``.
@@ -31,7 +31,7 @@ def label_sets(
     instructions: str | None,
     multi_label: bool,
     examples: Sequence[tuple[str, Any]],
-    layout: Layout = "chat",
+    layout: PromptLayout = "chat",
 ) -> dict[Node, LabelSet]:
     """The label set of each node of the hierarchy (only the top one for flat labels); the
     examples belong to the top level."""

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Literal
+from typing import Any
 
 from langchain_qwen_fast._core import vllm_api
 from langchain_qwen_fast._core.caches import ClassificationCache
@@ -30,9 +30,11 @@ from langchain_qwen_fast._core.prompting import (
     plan_steps,
     yes_no_steps,
 )
+from langchain_qwen_fast._core.settings import EngineSettings, Node, Rules
 from langchain_qwen_fast._core.temperature import apply_temperature
 from langchain_qwen_fast._core.transport import Call, Steps
 from langchain_qwen_fast.errors import (
+    ConfigurationError,
     InvalidInputError,
     QwenFastError,
     ResponseFormatError,
@@ -77,37 +79,23 @@ def batch_size_for(prompts: int, max_concurrency: int) -> int:
     return max(MIN_BATCH_SIZE, min(MAX_BATCH_SIZE, share))
 
 
-#: A node of a label hierarchy: () for the top level, (parent,) for its children, ...
-Node = tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Rules:
-    """How predictions become results: thresholds, abstention."""
-
-    abstain_below: float | None = None
-    #: calibration temperature applied to the scores (1: none)
-    temperature: float = 1.0
-    #: multi-label: per-label probability a label needs
-    thresholds: Mapping[str, float] = dataclasses.field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Procedure:
-    """The settings the request procedure needs, taken from a classifier."""
+    """The classifier's requests, from the set-up to the results: the logic over an engine's
+    :class:`~langchain_qwen_fast._core.settings.EngineSettings` (see the module docstring).
 
-    model: str
-    mode: Literal["generate", "head"]
-    #: prompts per request; None: :func:`batch_size_for` per call
-    batch_size: int | None
-    rules: Rules
-    #: label sets by hierarchy node (a flat classifier has only the top node)
-    label_sets: Mapping[Node, LabelSet]
-    tokenizer: Any = None
-    tokenizer_path: str | None = None
-    cache: ClassificationCache | None = None
-    #: identifies the server(s) in cache keys
-    servers: tuple[str, ...] = ()
+    Args:
+        settings: the engine's settings.
+        tokenizer: the ``tokenizers`` tokenizer at ``settings.tokenizer_path``, if any.
+    """
+
+    def __init__(self, settings: EngineSettings, tokenizer: Any = None) -> None:
+        self.settings = settings
+        self.model = settings.model
+        self.rules: Rules = settings.rules
+        self.cache: ClassificationCache | None = settings.cache
+        self.tokenizer = tokenizer
+        #: identifies the server(s) in cache keys
+        self.servers = tuple(u.rstrip("/") for u in settings.base_urls)
 
     # -- set-up -----------------------------------------------------------------------------
     def setup_steps(self) -> Steps[dict[Node, ClassifierPlan]]:
@@ -117,11 +105,11 @@ class Procedure:
         served = vllm_api.parse_models(models_reply)
         if self.model not in served:
             where = ", ".join(self.servers) or "the server"
-            raise QwenFastError(f"model {self.model!r} is not served at {where}; it serves {sorted(served)}")
+            raise ConfigurationError(f"model {self.model!r} is not served at {where}; it serves {sorted(served)}")
         plans = {}
         lists = _Lists()
-        for node, label_set in self.label_sets.items():
-            if self.mode == "head":
+        for node, label_set in self.settings.label_sets.items():
+            if self.settings.mode == "head":
                 plan = yield from self._head_plan_steps(label_set, served[self.model], lists)
             else:
                 plan = yield from self._generate_plan_steps(label_set, served[self.model], lists)
@@ -285,7 +273,7 @@ class Procedure:
             if ours != theirs:
                 at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
                 raise QwenFastError(
-                    f"the tokenizer at {self.tokenizer_path} does not match the server's for model "
+                    f"the tokenizer at {self.settings.tokenizer_path} does not match the server's for model "
                     f"{self.model!r}: token {at} differs ({ours[at : at + 3]} here, {theirs[at : at + 3]} "
                     "on the server); point tokenizer_path at the served model's tokenizer"
                 )
@@ -302,15 +290,13 @@ class Procedure:
     ) -> Steps[list[Any]]:
         """Classify ``inputs`` down the hierarchy; every slot ends as a Classification or an
         exception, in input order. ``examples``: each input's selected examples, rendered.
-        Prompts per request: ``batch_size``, else the classifier's, else
-        :func:`batch_size_for` with ``max_concurrency`` requests in flight."""
-        if batch_size is not None and batch_size != self.batch_size:
-            sized = dataclasses.replace(self, batch_size=batch_size)
-            return (yield from sized.classify_steps(inputs, plans, examples, max_concurrency=max_concurrency))
-        results = yield from self._level_steps(inputs, plans[()], (), examples, max_concurrency)
+        Prompts per request: ``batch_size``, else the settings', else :func:`batch_size_for`
+        with ``max_concurrency`` requests in flight."""
+        sizes = _Sizes(max_concurrency, batch_size or self.settings.batch_size)
+        results = yield from self._level_steps(inputs, plans[()], (), examples, sizes)
         if len(plans) > 1:  # a hierarchy: every result carries its path
             results = [_with_path(r) if isinstance(r, Classification) else r for r in results]
-            yield from self._descend(inputs, plans, (), results, examples, max_concurrency)
+            yield from self._descend(inputs, plans, (), results, examples, sizes)
         return results
 
     def _descend(
@@ -320,7 +306,7 @@ class Procedure:
         node: Node,
         results: list[Any],
         examples: Sequence[str | Exception] | None,
-        max_concurrency: int,
+        sizes: _Sizes,
     ) -> Steps[None]:
         for label in plans[node].label_set.labels:
             child = (*node, label)
@@ -330,12 +316,10 @@ class Procedure:
             if not here:
                 continue
             sub_examples = [examples[i] for i in here] if examples is not None else None
-            sub = yield from self._level_steps(
-                [inputs[i] for i in here], plans[child], child, sub_examples, max_concurrency
-            )
+            sub = yield from self._level_steps([inputs[i] for i in here], plans[child], child, sub_examples, sizes)
             for i, result in zip(here, sub, strict=True):
                 results[i] = result if isinstance(result, Exception) else _below(results[i], result)
-            yield from self._descend(inputs, plans, child, results, examples, max_concurrency)
+            yield from self._descend(inputs, plans, child, results, examples, sizes)
 
     def _level_steps(
         self,
@@ -343,135 +327,101 @@ class Procedure:
         plan: ClassifierPlan,
         node: Node,
         examples: Sequence[str | Exception] | None,
-        max_concurrency: int,
+        sizes: _Sizes,
     ) -> Steps[list[Any]]:
-        results: list[Any] = [None] * len(inputs)
-        # Identical texts (with identical examples) are asked once and answered in every place.
-        where: dict[str, list[int]] = {}
-        for i, value in enumerate(inputs):
-            selected = examples[i] if examples else ""
-            try:
-                text = text_of(value)
-            except InvalidInputError as exc:
-                results[i] = exc
-                continue
-            if isinstance(selected, Exception):
-                results[i] = selected
-                continue
-            where.setdefault(plan.body(text, selected), []).append(i)
-        bodies = list(where)
-        outcome: dict[str, Any] = {}
-
-        keys: dict[str, str] = {}
-        if self.cache is not None:
-            fingerprint = self._fingerprint(plan, node)
-            keys = {b: hashlib.sha256(f"{fingerprint}\0{b}".encode()).hexdigest() for b in bodies}
-            body_of = {k: b for b, k in keys.items()}
-            for key, cached in _looked_up(self.cache, list(keys.values())).items():
-                try:
-                    outcome[body_of[key]] = Classification.model_validate(cached)
-                except ValueError as exc:  # a corrupt entry is a miss
-                    _log.warning("cache entry %s unreadable, asked again: %s", key[:12], exc)
-        pending = [b for b in bodies if b not in outcome]
-
-        prompt_of: dict[str, Any] = {}
-        # UTF-8 bytes bound byte-level BPE tokens from above: only bodies with more bytes than
-        # the budget need an exact count, from the server or, with a tokenizer, here.
-        budget = plan.text_token_budget
-        unsure = [b for b in pending if len(b) * 4 > budget and len(b.encode()) > budget]
+        """One level of the hierarchy for ``inputs``: each distinct prompt body is looked up
+        in the cache, checked for length, asked and combined into its result once, and the
+        result goes to every input with that body."""
+        level = _Level(inputs, plan, examples)
+        keys = self._cache_keys(plan, node, level.bodies)
+        outcome: dict[str, Any] = self._cached(keys)
+        #: token ids of bodies tokenised here for their length check, to send as they are
+        prompt_of: dict[str, list[int]] = {}
+        unsure = [b for b in level.bodies if b not in outcome and _may_be_too_long(plan, b)]
         if plan.tokenizer is None:
-            if unsure:
-                counts = yield [vllm_api.tokenize_call(self.model, b) for b in unsure]
-                for body, count in zip(unsure, counts, strict=True):
-                    outcome[body] = count if isinstance(count, Exception) else _length_error(plan, count)
-            pending = [b for b in pending if outcome.get(b) is None]
+            yield from self._server_length_steps(plan, unsure, outcome)
         else:
-            # Those are tokenised now (a slice at a time, the event loop runs between); the
-            # rest group by group as their requests go out.
-            for start in range(0, len(unsure), _ENCODE_SLICE):
-                part = unsure[start : start + _ENCODE_SLICE]
-                for body, ids in zip(part, plan.encode_bodies(part), strict=True):
-                    prompt_of[body] = ids
-                    outcome[body] = plan.length_error(len(ids))
-                yield []
-            pending = [b for b in pending if outcome.get(b) is None]
-
-        answers = yield from self._ask_steps(plan, pending, prompt_of, max_concurrency)
+            yield from _local_length_steps(plan, unsure, outcome, prompt_of)
+        pending = [b for b in level.bodies if outcome.get(b) is None]
+        answers = yield from self._ask_steps(plan, pending, prompt_of, sizes)
         for body in pending:
-            got = answers[body]
-            failed = next((a for a in got if isinstance(a, Exception)), None)
-            if failed is not None:
-                outcome[body] = failed
-                continue
+            outcome[body] = self._combined(plan, answers[body])
+        self._store(keys, pending, outcome)
+        return level.results(outcome)
+
+    def _cache_keys(self, plan: ClassifierPlan, node: Node, bodies: list[str]) -> dict[str, str]:
+        """Each body's cache key (none without a cache)."""
+        if self.cache is None:
+            return {}
+        fingerprint = self._fingerprint(plan, node)
+        return {b: hashlib.sha256(f"{fingerprint}\0{b}".encode()).hexdigest() for b in bodies}
+
+    def _cached(self, keys: Mapping[str, str]) -> dict[str, Any]:
+        """The cached results of the bodies of ``keys``; a corrupt entry is a miss."""
+        if self.cache is None or not keys:
+            return {}
+        body_of = {k: b for b, k in keys.items()}
+        found = {}
+        for key, cached in _looked_up(self.cache, list(body_of)).items():
             try:
-                outcome[body] = self._result(vllm_api.combine(plan, got), plan)
-            except QwenFastError as exc:
-                outcome[body] = exc
+                found[body_of[key]] = Classification.model_validate(cached)
+            except ValueError as exc:
+                _log.warning("cache entry %s unreadable, asked again: %s", key[:12], exc)
+        return found
+
+    def _store(self, keys: Mapping[str, str], asked: list[str], outcome: Mapping[str, Any]) -> None:
+        """The asked bodies' fresh results into the cache, if any."""
         if self.cache is not None:
-            fresh = [b for b in pending if isinstance(outcome[b], Classification)]
+            fresh = [b for b in asked if isinstance(outcome[b], Classification)]
             _store(self.cache, {keys[b]: outcome[b].model_dump(mode="json") for b in fresh})
-        for body, indices in where.items():
-            for i in indices:
-                results[i] = outcome[body]
-        return results
+
+    def _server_length_steps(self, plan: ClassifierPlan, unsure: list[str], outcome: dict[str, Any]) -> Steps[None]:
+        """The server's token count of each body that may be too long: its length error (or
+        the count's failure) into ``outcome``, None where it fits."""
+        if unsure:
+            counts = yield [vllm_api.tokenize_call(self.model, b) for b in unsure]
+            for body, count in zip(unsure, counts, strict=True):
+                outcome[body] = count if isinstance(count, Exception) else _length_error(plan, count)
+
+    def _combined(self, plan: ClassifierPlan, answers: list[Any]) -> Any:
+        """A body's result from its steps' answers, or the error one of them ended with."""
+        failed = next((a for a in answers if isinstance(a, Exception)), None)
+        if failed is not None:
+            return failed
+        try:
+            return self._result(vllm_api.combine(plan, answers), plan)
+        except QwenFastError as exc:
+            return exc
 
     def _ask_steps(
-        self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], max_concurrency: int
+        self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], sizes: _Sizes
     ) -> Steps[dict[str, list[Any]]]:
         """Every step of every body, in grouped requests; each answer, or the exception that
-        ended its request, by body and step."""
+        ended its request, by body and step. A group refused for its content is split in
+        halves until the bad prompt stands alone."""
         answers: dict[str, list[Any]] = {b: [None] * len(plan.steps) for b in bodies}
-
-        def prompt(body: str, step: int) -> Prompt:
-            if body in prompt_of:
-                return plan.prompt_ids(prompt_of[body], step)
-            if plan.scoring == "head":
-                return body
-            tail = plan.steps[step]
-            return plan.head + body + tail.tail + tail.path_text
-
-        # Steps asked with the same answer tokens share requests (a multi-label text's label
-        # questions sit side by side, so the server's prefix cache keeps the text for all).
-        kinds: dict[tuple[int, ...], list[tuple[str, int]]] = {}
-        for body in bodies:
-            for k, step in enumerate(plan.steps):
-                kinds.setdefault(step.allowed, []).append((body, k))
-        # A server that takes one prompt a request (see _probe_steps) gets every prompt alone:
-        # the requests in flight are then all the batching there is.
-        groups = []
-        for q in kinds.values():
-            size = (self.batch_size or batch_size_for(len(q), max_concurrency)) if plan.takes_prompt_lists else 1
-            groups += [q[i : i + size] for i in range(0, len(q), size)]
-
-        def call(group: list[tuple[str, int]]) -> Call:
-            if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
-                return vllm_api.classify_call(plan, self.model, group[0][1], [prompt(b, k) for b, k in group])
-
-            def prompts() -> list[Prompt]:  # when the request is sent (off the event loop)
-                fresh = [b for b in dict.fromkeys(b for b, _ in group) if b not in prompt_of]
-                ids = dict(zip(fresh, plan.encode_bodies(fresh), strict=True))
-                return [plan.prompt_ids(ids[b] if b in ids else prompt_of[b], k) for b, k in group]
-
-            return vllm_api.classify_call(plan, self.model, group[0][1], prompts)
-
+        groups = _groups(plan, bodies, sizes)
         while groups:
-            calls = [call(g) for g in groups]
-            replies = yield calls
-            retry: list[list[tuple[str, int]]] = []
+            replies = yield [self._group_call(plan, g, prompt_of) for g in groups]
+            split: list[_Group] = []
             for n, (group, reply) in enumerate(zip(groups, replies, strict=True), 1):
                 if n % _GROUPS_PER_CHECKPOINT == 0:
                     yield []  # parsing thousands of replies: let the event loop breathe
                 if splits_group(reply) and len(group) > 1:
-                    # One bad prompt fails the whole request: split to find it.
                     half = len(group) // 2
-                    retry += [group[:half], group[half:]]
-                elif isinstance(reply, Exception):
-                    for body, k in group:
-                        answers[body][k] = reply
+                    split += [group[:half], group[half:]]
                 else:
                     _assign(plan, reply, group, answers)
-            groups = retry
+            groups = split
         return answers
+
+    def _group_call(self, plan: ClassifierPlan, group: _Group, prompt_of: Mapping[str, list[int]]) -> Call:
+        """The request for ``group``. With a local tokenizer, prompts not yet tokenised are
+        tokenised when the request is sent (off the event loop)."""
+        step = group[0][1]
+        if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
+            return vllm_api.classify_call(plan, self.model, step, [_prompt(plan, prompt_of, b, k) for b, k in group])
+        return vllm_api.classify_call(plan, self.model, step, functools.partial(_encoded, plan, group, prompt_of))
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
         labels = plan.label_set.labels
@@ -525,6 +475,107 @@ class _Lists:
     taken: bool | None = None
 
 
+#: A group of prompts asked in one request: (body, step) pairs.
+_Group = list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """How much one classification sends at once: requests in flight, and prompts per
+    request (None: :func:`batch_size_for` for each kind of step)."""
+
+    max_concurrency: int
+    batch_size: int | None
+
+    def group_size(self, prompts: int) -> int:
+        """Prompts per request for ``prompts`` prompts asked alike."""
+        return self.batch_size or batch_size_for(prompts, self.max_concurrency)
+
+
+class _Level:
+    """A level's inputs, deduplicated: identical texts (with identical examples) are asked
+    once and answered in every place; an input that cannot be asked keeps its error."""
+
+    def __init__(self, inputs: Sequence[Any], plan: ClassifierPlan, examples: Sequence[str | Exception] | None) -> None:
+        self._results: list[Any] = [None] * len(inputs)
+        self._where: dict[str, list[int]] = {}
+        for i, value in enumerate(inputs):
+            selected = examples[i] if examples else ""
+            try:
+                text = text_of(value)
+            except InvalidInputError as exc:
+                self._results[i] = exc
+                continue
+            if isinstance(selected, Exception):
+                self._results[i] = selected
+                continue
+            self._where.setdefault(plan.body(text, selected), []).append(i)
+        #: the distinct prompt bodies, in first-seen order
+        self.bodies = list(self._where)
+
+    def results(self, outcome: Mapping[str, Any]) -> list[Any]:
+        """Every input's result: its body's ``outcome``, or its own error."""
+        for body, places in self._where.items():
+            for i in places:
+                self._results[i] = outcome[body]
+        return self._results
+
+
+def _may_be_too_long(plan: ClassifierPlan, body: str) -> bool:
+    """Whether ``body`` may not fit the plan's budget: UTF-8 bytes bound byte-level BPE tokens
+    from above, so only bodies with more bytes than the budget need an exact count."""
+    budget = plan.text_token_budget
+    return len(body) * 4 > budget and len(body.encode()) > budget
+
+
+def _local_length_steps(
+    plan: ClassifierPlan, unsure: list[str], outcome: dict[str, Any], prompt_of: dict[str, list[int]]
+) -> Steps[None]:
+    """With a local tokenizer: each body that may be too long tokenised now (a slice at a
+    time, the event loop runs between), its ids kept to send and its length error (None: it
+    fits) into ``outcome``. The rest are tokenised group by group as their requests go out."""
+    for start in range(0, len(unsure), _ENCODE_SLICE):
+        part = unsure[start : start + _ENCODE_SLICE]
+        for body, ids in zip(part, plan.encode_bodies(part), strict=True):
+            prompt_of[body] = ids
+            outcome[body] = plan.length_error(len(ids))
+        yield []
+
+
+def _groups(plan: ClassifierPlan, bodies: list[str], sizes: _Sizes) -> list[_Group]:
+    """Every step of every body in request groups. Steps asked with the same answer tokens
+    share requests (a multi-label text's label questions sit side by side, so the server's
+    prefix cache keeps the text for all). A server that takes one prompt a request (see
+    ``Procedure._probe_steps``) gets every prompt alone: the requests in flight are then all
+    the batching there is."""
+    kinds: dict[tuple[int, ...], _Group] = {}
+    for body in bodies:
+        for k, step in enumerate(plan.steps):
+            kinds.setdefault(step.allowed, []).append((body, k))
+    groups = []
+    for asked in kinds.values():
+        size = sizes.group_size(len(asked)) if plan.takes_prompt_lists else 1
+        groups += [asked[i : i + size] for i in range(0, len(asked), size)]
+    return groups
+
+
+def _prompt(plan: ClassifierPlan, prompt_of: Mapping[str, list[int]], body: str, step: int) -> Prompt:
+    """The prompt that asks ``step`` of ``body``: token ids where they are known, else text."""
+    if body in prompt_of:
+        return plan.prompt_ids(prompt_of[body], step)
+    if plan.scoring == "head":
+        return body
+    tail = plan.steps[step]
+    return plan.head + body + tail.tail + tail.path_text
+
+
+def _encoded(plan: ClassifierPlan, group: _Group, prompt_of: Mapping[str, list[int]]) -> list[Prompt]:
+    """A group's prompts as token ids, its bodies not yet tokenised tokenised now."""
+    fresh = [b for b in dict.fromkeys(b for b, _ in group) if b not in prompt_of]
+    ids = dict(zip(fresh, plan.encode_bodies(fresh), strict=True))
+    return [plan.prompt_ids(ids[b] if b in ids else prompt_of[b], k) for b, k in group]
+
+
 def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
     """``plan`` falling back to the server's constrained choice of a whole label (no scores)."""
     return dataclasses.replace(
@@ -536,7 +587,12 @@ def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
     )
 
 
-def _assign(plan: ClassifierPlan, reply: Any, group: list[tuple[str, int]], answers: dict[str, list[Any]]) -> None:
+def _assign(plan: ClassifierPlan, reply: Any, group: _Group, answers: dict[str, list[Any]]) -> None:
+    """A group's reply into each of its prompts' answers (the reply's error, if it is one)."""
+    if isinstance(reply, Exception):
+        for body, k in group:
+            answers[body][k] = reply
+        return
     try:
         items = vllm_api.reply_items(plan, reply)
     except ResponseFormatError as error:

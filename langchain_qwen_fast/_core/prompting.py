@@ -53,8 +53,11 @@ from langchain_qwen_fast.errors import ConfigurationError, ContextLengthError, R
 Scoring = Literal["label_tokens", "label_sequences", "yes_no", "constrained_choice", "head"]
 #: How a prompt is laid out (see above): ``chat`` for any chat model, ``compact`` for a model
 #: trained in it.
-Layout = Literal["chat", "compact"]
-LAYOUTS: tuple[Layout, ...] = ("chat", "compact")
+PromptLayout = Literal["chat", "compact"]
+LAYOUTS: tuple[PromptLayout, ...] = ("chat", "compact")
+#: The old name of :data:`PromptLayout`, kept only until training/options.py, benchmarks/ and
+#: tests/…/training import the new one (jobs.tables has a ``Layout`` of its own); then deleted.
+Layout = PromptLayout
 #: Tokens in one of vLLM's prefix-cache blocks (its default block size): a compact head is
 #: padded to a whole number of them.
 CACHE_BLOCK_TOKENS = 16
@@ -116,7 +119,7 @@ class LabelSet:
     multi_label: bool = False
     #: (text, labels) pairs; one label each unless multi-label
     examples: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    layout: Layout = "chat"
+    layout: PromptLayout = "chat"
     #: compact layout: pad tokens that end the head (at least one; see :meth:`padded`)
     head_padding: int = 0
 
@@ -129,7 +132,7 @@ class LabelSet:
         *,
         multi_label: bool = False,
         examples: Sequence[Example] = (),
-        layout: Layout = "chat",
+        layout: PromptLayout = "chat",
     ) -> LabelSet:
         """Validate labels (at least two, distinct, non-empty, no surrounding whitespace),
         descriptions (of known labels) and examples (texts with known labels)."""

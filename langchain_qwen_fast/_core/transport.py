@@ -7,8 +7,9 @@ are in flight: the engine then hands the transport an :class:`AiohttpStack`, who
 spends far less CPU a request at that load (docs/performance.md).
 
 Knows nothing of LangChain or of prompts. Every failure leaves as a typed
-:class:`~langchain_qwen_fast.errors.TransportError` (or :class:`ResponseFormatError`);
-the API key only ever travels in the ``Authorization`` header, never in a message.
+:class:`~langchain_qwen_fast.errors.TransportError` (or :class:`ResponseFormatError`) that
+names the URL it was sent to; the API key only ever travels in the ``Authorization`` header,
+never in a message.
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ from __future__ import annotations
 import abc
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import email.utils
-import itertools
+import re
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -39,6 +41,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from langchain_qwen_fast._core.replicas import Replicas
 from langchain_qwen_fast.errors import (
     ConfigurationError,
     ResponseFormatError,
@@ -50,6 +53,20 @@ from langchain_qwen_fast.errors import (
 )
 
 T = TypeVar("T")
+
+#: The transport's defaults, the classifier's and the chat model's alike: seconds allowed for
+#: each request, retries after the first try, and the seconds after the first try past which
+#: no retry wait may end.
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_RETRY_DEADLINE = 60.0
+#: Connections a transport keeps open at most, unless its owner says how many it needs.
+DEFAULT_POOL_SIZE = 64
+#: The backoff between tries (full jitter): the first wait is up to ``RETRY_BACKOFF_INITIAL``
+#: seconds, each next one up to twice as long, never more than ``RETRY_BACKOFF_MAX``. Short
+#: against a request's timeout: a retry mostly waits for a replica or a restart to answer.
+RETRY_BACKOFF_INITIAL = 0.1
+RETRY_BACKOFF_MAX = 4.0
 
 #: A request: (HTTP method, path under the base URL, JSON body or None). The body may also be
 #: a function that builds it, called once when the request is sent (the async path calls it
@@ -74,16 +91,29 @@ class RetryPolicy:
     Other 4xx answers are the request's fault and are not retried.
     """
 
-    max_attempts: int = 4
-    initial_backoff: float = 0.1
-    max_backoff: float = 4.0
-    deadline: float = 60.0
+    max_attempts: int = DEFAULT_MAX_RETRIES + 1
+    deadline: float = DEFAULT_RETRY_DEADLINE
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigurationError("max_attempts must be at least 1")
-        if self.deadline <= 0 or self.initial_backoff < 0 or self.max_backoff < 0:
-            raise ConfigurationError("deadline must be positive and backoffs non-negative")
+        if self.deadline <= 0:
+            raise ConfigurationError("deadline must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransportSettings:
+    """How to reach the servers: what :meth:`Transport.from_settings` builds a transport from,
+    for the classifier and the chat model alike."""
+
+    #: the OpenAI-compatible base URLs (replicas serving the same model)
+    base_urls: tuple[str, ...]
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_deadline: float = DEFAULT_RETRY_DEADLINE
+    #: an ``httpx`` transport instead of the network (tests, custom TLS or proxies)
+    http_transport: Any = None
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -112,11 +142,19 @@ def _error_message(content: bytes) -> str:
     return str(message)[:500]
 
 
-def _decode(status: int, content: bytes, retry_after: str | None, path: str) -> Any:
-    """An answer (status, body, ``Retry-After``) as decoded JSON, or the typed error it is."""
+#: One try's reply as it came over the wire: (HTTP status, body, ``Retry-After`` header or None).
+HTTPReply = tuple[int, bytes, "str | None"]
+
+
+def _decode(reply: HTTPReply, path: str, base_url: str) -> Any:
+    """A reply as decoded JSON, or the typed error it is."""
+    status, content, retry_after = reply
     if status >= 400:
+        hint = ""
+        if status == 404 and not path.startswith("/") and not base_url.endswith("/v1"):
+            hint = f"; the base URL {shown_url(base_url)} has no /v1; vLLM serves the OpenAI API under /v1"
         raise ServerStatusError(
-            f"server answered HTTP {status} to {path}: {_error_message(content)}",
+            f"server answered HTTP {status} to {path}: {_error_message(content)}{hint}",
             status_code=status,
             retry_after=parse_retry_after(retry_after),
         )
@@ -126,23 +164,14 @@ def _decode(status: int, content: bytes, retry_after: str | None, path: str) -> 
         raise ResponseFormatError(f"server sent malformed JSON to {path} ({len(content)} bytes): {exc}") from None
 
 
-def _decode_response(response: httpx.Response, path: str) -> Any:
-    return _decode(response.status_code, response.content, response.headers.get("retry-after"), path)
-
-
-def _translate(exc: Exception, path: str) -> TransportError:
-    """An httpx or aiohttp failure as its typed error (a timeout, or a failed connection)."""
-    if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError)):
-        return ServerTimeoutError(f"no answer to {path} within the timeout ({type(exc).__name__})")
-    return ServerConnectionError(f"talking to the server at {path} failed: {type(exc).__name__}: {exc}")
+def shown_url(url: str) -> str:
+    """``url`` as a message may show it: without any user name or password in it."""
+    return re.sub(r"(?<=//)[^/@]*@", "", url)
 
 
 #: Seconds an idle aiohttp connection is kept: under the 5 s after which vLLM's Python API
 #: server (uvicorn) drops one, so a request never goes out on a connection being dropped.
 _AIOHTTP_KEEPALIVE = 4.0
-
-#: One try's answer: (HTTP status, body, ``Retry-After`` header or None).
-Answer = tuple[int, bytes, "str | None"]
 
 
 @dataclass(frozen=True)
@@ -161,30 +190,22 @@ class HTTPStack(abc.ABC):
 
     #: the exceptions of this stack that mean the try failed on the network
     network_errors: tuple[type[BaseException], ...] = (httpx.HTTPError,)
+    #: those of them that mean no connection could be made at all
+    connect_errors: tuple[type[BaseException], ...] = (httpx.ConnectError,)
 
     @abc.abstractmethod
-    def send(self, method: str, url: str, content: bytes | None) -> Answer:
+    def send(self, method: str, url: str, content: bytes | None) -> HTTPReply:
         """One try, blocking."""
 
     @abc.abstractmethod
-    async def asend(self, method: str, url: str, content: bytes | None) -> Answer:
-        """One try, on the event loop :meth:`arun` runs it on."""
+    async def asend(self, method: str, url: str, content: bytes | None) -> HTTPReply:
+        """One try, on the event loop of :meth:`io_loop` (the caller's where it is None)."""
 
-    @abc.abstractmethod
-    async def arun(self, job: Coroutine[Any, Any, T]) -> T:
-        """Await ``job`` where this stack's async tries run."""
-
-    @abc.abstractmethod
-    def run_all(
-        self,
-        calls: Sequence[Call],
-        max_concurrency: int,
-        one: Callable[[Call], Any],
-        aall: Callable[[], Coroutine[Any, Any, list[Any]]],
-    ) -> list[Any]:
-        """Run a batch of ``calls`` from blocking code, at most ``max_concurrency`` at once:
-        each through ``one`` (blocking), or all through ``aall`` (async, which keeps its own
-        bound), whichever this stack does best."""
+    def io_loop(self) -> _LoopThread | None:
+        """The event loop of its own this stack's async tries run on, which also runs a
+        blocking batch (a batch then costs what an async one costs, not a thread a request);
+        None: they run on the caller's loop, and a blocking batch on threads."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -244,26 +265,13 @@ class HttpxStack(HTTPStack):
             self._aclients[loop] = client
         return client
 
-    def send(self, method: str, url: str, content: bytes | None) -> Answer:
+    def send(self, method: str, url: str, content: bytes | None) -> HTTPReply:
         reply = self.client.request(method, url, content=content)
         return reply.status_code, reply.content, reply.headers.get("retry-after")
 
-    async def asend(self, method: str, url: str, content: bytes | None) -> Answer:
+    async def asend(self, method: str, url: str, content: bytes | None) -> HTTPReply:
         reply = await self._aclient().request(method, url, content=content)
         return reply.status_code, reply.content, reply.headers.get("retry-after")
-
-    async def arun(self, job: Coroutine[Any, Any, T]) -> T:
-        return await job
-
-    def run_all(
-        self,
-        calls: Sequence[Call],
-        max_concurrency: int,
-        one: Callable[[Call], Any],
-        aall: Callable[[], Coroutine[Any, Any, list[Any]]],
-    ) -> list[Any]:
-        with ThreadPoolExecutor(max(1, min(max_concurrency, len(calls))), thread_name_prefix="qwen-fast") as pool:
-            return list(pool.map(one, calls))
 
     def close(self) -> None:
         if self._client is not None:
@@ -324,13 +332,14 @@ class AiohttpStack(HTTPStack):
         import aiohttp
 
         self.network_errors = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
+        self.connect_errors = (httpx.ConnectError, aiohttp.ClientConnectorError)
         self._wire = wire
         self._sync = sync
         self._connector = connector
         self._io: _LoopThread | None = None
         self._io_lock = threading.Lock()
 
-    def _io_loop(self) -> _LoopThread:
+    def io_loop(self) -> _LoopThread:
         with self._io_lock:
             if self._io is None:
                 self._io = _LoopThread(self._new_session)
@@ -351,24 +360,12 @@ class AiohttpStack(HTTPStack):
             connector=connector, headers=self._wire.headers, timeout=timeout, skip_auto_headers=("User-Agent",)
         )
 
-    def send(self, method: str, url: str, content: bytes | None) -> Answer:
+    def send(self, method: str, url: str, content: bytes | None) -> HTTPReply:
         return self._sync.send(method, url, content)
 
-    async def asend(self, method: str, url: str, content: bytes | None) -> Answer:
-        async with self._io_loop().get_session().request(method, url, data=content) as response:
+    async def asend(self, method: str, url: str, content: bytes | None) -> HTTPReply:
+        async with self.io_loop().get_session().request(method, url, data=content) as response:
             return response.status, await response.read(), response.headers.get("retry-after")
-
-    async def arun(self, job: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(self._io_loop().submit(job))
-
-    def run_all(
-        self,
-        calls: Sequence[Call],
-        max_concurrency: int,
-        one: Callable[[Call], Any],
-        aall: Callable[[], Coroutine[Any, Any, list[Any]]],
-    ) -> list[Any]:
-        return self._io_loop().submit(aall()).result()
 
     def close(self) -> None:
         self._sync.close()
@@ -376,86 +373,6 @@ class AiohttpStack(HTTPStack):
             io, self._io = self._io, None
         if io is not None:
             io.stop()
-
-
-#: How a try on a replica ended, for the replica's record: ``ok`` (an answer that is not a
-#: server error, 4xx included: those are the request's fault), ``failed`` (a timeout or a 5xx),
-#: ``unreachable`` (the connection failed), ``cancelled`` (the caller gave up: no verdict).
-Outcome = Literal["ok", "failed", "unreachable", "cancelled"]
-
-
-class Replicas:
-    """Which replica each try goes to, and which replicas rest (outlier ejection).
-
-    Among the replicas not resting, a try goes to the one with the fewest requests outstanding
-    (ties go round in turn), never one this request already tried while another is left. A
-    replica is ejected, that is rests, when its connection fails, or after ``max_failures``
-    failed tries in a row (timeouts, 5xx): a replica answering 503 in a millisecond would
-    otherwise always have the fewest requests outstanding and win most first tries. It rests
-    ``cooldown`` seconds, doubled at each ejection in a row up to ``max_cooldown``; then it is
-    on probation, taking one try at a time, until a try succeeds (its record is cleared) or
-    fails (it rests again, longer). If every replica rests, they are tried anyway: nothing
-    waits on a timer. One replica is never ejected: there is nowhere else to go.
-    """
-
-    def __init__(self, count: int, cooldown: float = 5.0, max_cooldown: float = 60.0, max_failures: int = 3) -> None:
-        self.count = count
-        self.cooldown = cooldown
-        self.max_cooldown = max_cooldown
-        self.max_failures = max_failures
-        self.outstanding = [0] * count
-        #: first tries each replica got (a retry is not counted)
-        self.first_tries = [0] * count
-        self._resting_until = [0.0] * count
-        self._failures = [0] * count
-        self._ejections = [0] * count
-        self._turn = itertools.count()
-        self._lock = threading.Lock()
-
-    def resting(self) -> list[int]:
-        """The replicas resting now."""
-        now = time.monotonic()
-        with self._lock:
-            return [k for k in range(self.count) if self._resting_until[k] > now]
-
-    def acquire(self, tried: set[int]) -> int:
-        """The replica for the next try, counted as outstanding until :meth:`release`."""
-        if self.count == 1:
-            self.first_tries[0] += not tried
-            return 0
-        now = time.monotonic()
-        with self._lock:
-            fresh = [k for k in range(self.count) if k not in tried] or list(range(self.count))
-            # On probation (rested before, not yet proven): one try at a time.
-            usable = [
-                k for k in fresh if self._resting_until[k] <= now and not (self._ejections[k] and self.outstanding[k])
-            ] or fresh
-            start = next(self._turn)
-            chosen = min(usable, key=lambda k: (self.outstanding[k], (k - start) % self.count))
-            self.outstanding[chosen] += 1
-            self.first_tries[chosen] += not tried
-            return chosen
-
-    def release(self, replica: int, outcome: Outcome = "ok") -> None:
-        """The try on ``replica`` is over, as ``outcome`` says (see :data:`Outcome`)."""
-        if self.count == 1:
-            return
-        with self._lock:
-            self.outstanding[replica] -= 1
-            if outcome == "ok":
-                self._failures[replica] = self._ejections[replica] = 0
-            elif outcome == "unreachable":
-                self._eject(replica)
-            elif outcome == "failed":
-                self._failures[replica] += 1
-                if self._failures[replica] >= self.max_failures or self._ejections[replica]:
-                    self._eject(replica)
-
-    def _eject(self, replica: int) -> None:
-        rest = min(self.max_cooldown, self.cooldown * 2 ** self._ejections[replica])
-        self._resting_until[replica] = max(self._resting_until[replica], time.monotonic() + rest)
-        self._ejections[replica] += 1
-        self._failures[replica] = 0
 
 
 class RetryBudget:
@@ -499,14 +416,14 @@ class Transport:
     Given several base URLs (replicas serving the same model, e.g. two vLLM servers sharing
     one GPU), each try goes to the replica with the fewest requests outstanding, a retry to
     another one, and a replica whose connection failed rests a few seconds (see
-    :class:`Replicas`): the load follows what each server answers, and a replica that is
-    down costs a retry, not the items.
+    :class:`~langchain_qwen_fast._core.replicas.Replicas`): the load follows what each server
+    answers, and a replica that is down costs a retry, not the items.
 
     Args:
         base_url: the OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1``, or a list.
         api_key: bearer token, or None.
         timeout: seconds for each request (connect, write, read each).
-        retry: the retry policy.
+        retry: the retry policy (None: :class:`RetryPolicy`'s defaults).
         pool_size: most connections kept open.
         http_transport: an ``httpx`` transport instead of the network, e.g.
             ``httpx.MockTransport`` in tests; the stack is then always httpx.
@@ -516,10 +433,10 @@ class Transport:
         self,
         base_url: str | Sequence[str],
         *,
-        api_key: str | None,
-        timeout: float,
-        retry: RetryPolicy,
-        pool_size: int = 64,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        pool_size: int = DEFAULT_POOL_SIZE,
         http_transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
@@ -533,7 +450,7 @@ class Transport:
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self.wire = WireSettings(headers=headers, timeout=timeout, pool_size=pool_size)
-        self.retry = retry
+        self.retry = retry or RetryPolicy()
         self.custom_http_transport = http_transport is not None
         self.httpx = HttpxStack(self.wire, http_transport)
         #: how tries go over the wire (httpx until :meth:`use_stack` says otherwise)
@@ -542,7 +459,19 @@ class Transport:
         self._aretrying = AsyncRetrying(**self._retry_kwargs(is_retryable))
         #: retries refused by the retry budget so far
         self.retries_refused = 0
-        self._jitter = wait_random_exponential(multiplier=retry.initial_backoff, max=retry.max_backoff)
+        self._jitter = wait_random_exponential(multiplier=RETRY_BACKOFF_INITIAL, max=RETRY_BACKOFF_MAX)
+
+    @classmethod
+    def from_settings(cls, settings: TransportSettings, pool_size: int = DEFAULT_POOL_SIZE) -> Transport:
+        """A transport as ``settings`` say, with at most ``pool_size`` connections open."""
+        return cls(
+            settings.base_urls,
+            api_key=settings.api_key,
+            timeout=settings.timeout,
+            retry=RetryPolicy(max_attempts=settings.max_retries + 1, deadline=settings.retry_deadline),
+            pool_size=pool_size,
+            http_transport=settings.http_transport,
+        )
 
     def use_stack(self, stack: HTTPStack) -> None:
         """Send through ``stack`` from now on (the one it replaces is closed)."""
@@ -602,78 +531,82 @@ class Transport:
             retry_after = parse_retry_after(headers.get("retry-after")) if headers is not None else None
         return retry_after if retry_after is not None else self._jitter(state)
 
-    def _url(self, replica: int, path: str) -> str:
-        # Paths under /v1 are relative to base_url; server routes (/tokenize, /classify)
-        # start with "/" and hang off the root.
-        base = self.base_urls[replica]
-        return base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}"
-
-    # -- sync ---------------------------------------------------------------------------
-    def _send(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
+    # -- one try: the same for blocking and async sends --------------------------------------
+    def _pick(self, tried: set[int], path: str) -> tuple[int, str]:
+        """The replica for the next try of a request and the URL of ``path`` on it. Paths
+        under /v1 are relative to the base URL; server routes (/tokenize, /classify) start
+        with "/" and hang off the root."""
         replica = self.replicas.acquire(tried)
         tried.add(replica)
+        base = self.base_urls[replica]
+        return replica, (base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}")
+
+    @contextlib.contextmanager
+    def _trying(self, replica: int, url: str) -> Iterator[None]:
+        """Around one try's send: a network failure gives the replica its verdict and leaves
+        as the typed error naming ``url``; anything else (a cancelled try) gives none."""
         try:
-            status, body, retry_after = self.stack.send(method, self._url(replica, path), content)
-        except httpx.HTTPError as exc:
-            self.replicas.release(replica, "failed" if isinstance(exc, httpx.TimeoutException) else "unreachable")
-            raise _translate(exc, path) from None
+            yield
+        except self.stack.network_errors as exc:
+            timed_out = isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError))
+            self.replicas.release(replica, "failed" if timed_out else "unreachable")
+            raise self._network_error(exc, url, timed_out) from None
         except BaseException:
             self.replicas.release(replica, "cancelled")
             raise
-        self.replicas.release(replica, "failed" if status >= 500 else "ok")
-        return _decode(status, body, retry_after, path)
 
+    def _network_error(self, exc: BaseException, url: str, timed_out: bool) -> TransportError:
+        where, what = shown_url(url), f"{type(exc).__name__}: {exc}".rstrip(": ")
+        if timed_out:
+            return ServerTimeoutError(f"no answer from {where} within the timeout of {self.timeout:g} s ({what})")
+        if isinstance(exc, self.stack.connect_errors):
+            return ServerConnectionError(f"could not connect to {where}: {what}")
+        return ServerConnectionError(f"the connection to {where} failed: {what}")
+
+    def _answered(self, replica: int, reply: HTTPReply, path: str) -> Any:
+        self.replicas.release(replica, "failed" if reply[0] >= 500 else "ok")
+        return _decode(reply, path, self.base_urls[replica])
+
+    def _send(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
+        replica, url = self._pick(tried, path)
+        with self._trying(replica, url):
+            reply = self.stack.send(method, url, content)
+        return self._answered(replica, reply, path)
+
+    async def _asend(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
+        replica, url = self._pick(tried, path)
+        with self._trying(replica, url):
+            reply = await self.stack.asend(method, url, content)
+        return self._answered(replica, reply, path)
+
+    # -- requests ---------------------------------------------------------------------------
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One request, retried per the policy; returns the decoded JSON."""
         content = _content(body)
         self.budget.earn()
         return self._retrying.copy()(self._send, method, path, set(), content)
 
-    def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
-        """Run ``calls`` with at most ``max_concurrency`` in flight; results in order,
-        each the decoded JSON or the exception that call ended with."""
-        if len(calls) == 1:
-            return [_capture(self.request, *calls[0])]
-        return self.stack.run_all(
-            calls,
-            max_concurrency,
-            lambda call: _capture(self.request, *call),
-            lambda: self._arequest_all(calls, max_concurrency),
-        )
-
-    def close(self) -> None:
-        """Close the pooled connections of every stack (they open again on next use)."""
-        self.stack.close()
-        self.httpx.close()
-
-    # -- async --------------------------------------------------------------------------
-    async def _asend(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
-        replica = self.replicas.acquire(tried)
-        tried.add(replica)
-        try:
-            status, body, retry_after = await self.stack.asend(method, self._url(replica, path), content)
-        except self.stack.network_errors as exc:
-            timed_out = isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError))
-            self.replicas.release(replica, "failed" if timed_out else "unreachable")
-            raise _translate(exc, path) from None  # type: ignore[arg-type]
-        except BaseException:  # cancelled: the try is over all the same
-            self.replicas.release(replica, "cancelled")
-            raise
-        self.replicas.release(replica, "failed" if status >= 500 else "ok")
-        return _decode(status, body, retry_after, path)
-
-    async def arequest(self, method: str, path: str, body: Any = None) -> Any:
-        """Async :meth:`request`."""
-        return await self.stack.arun(self._arequest(method, path, body))
-
     async def _arequest(self, method: str, path: str, body: Any = None) -> Any:
         content = await asyncio.to_thread(_content, body) if callable(body) else _content(body)
         self.budget.earn()
         return await self._aretrying.copy()(self._asend, method, path, set(), content)
 
+    def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
+        """Run ``calls`` with at most ``max_concurrency`` in flight; results in order,
+        each the decoded JSON or the exception that call ended with."""
+        if len(calls) == 1:
+            return [_capture(self.request, *calls[0])]
+        io = self.stack.io_loop()
+        if io is not None:
+            return io.submit(self._arequest_all(calls, max_concurrency)).result()
+        with ThreadPoolExecutor(max(1, min(max_concurrency, len(calls))), thread_name_prefix="qwen-fast") as pool:
+            return list(pool.map(lambda call: _capture(self.request, *call), calls))
+
     async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         """Async :meth:`request_all`."""
-        return await self.stack.arun(self._arequest_all(calls, max_concurrency))
+        io = self.stack.io_loop()
+        job = self._arequest_all(calls, max_concurrency)
+        return await (job if io is None else asyncio.wrap_future(io.submit(job)))
 
     async def _arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         if len(calls) == 1:
@@ -685,6 +618,11 @@ class Transport:
                 return await _acapture(self._arequest, *call)
 
         return list(await asyncio.gather(*(one(call) for call in calls)))
+
+    def close(self) -> None:
+        """Close the pooled connections of every stack (they open again on next use)."""
+        self.stack.close()
+        self.httpx.close()
 
     async def aclose(self) -> None:
         """Close this event loop's pooled httpx connections (an aiohttp stack serves every

@@ -149,13 +149,13 @@ def reply_items(plan: ClassifierPlan, reply: Any) -> dict[int, Any]:
         raise ResponseFormatError(f"reply lacks its per-prompt items: {exc!r}") from None
 
 
-#: One step's answer for one text: token -> logprob (for a head, class -> probability; under
+#: One step's scores for one text: token -> logprob (for a head, class -> probability; under
 #: constrained choice, the chosen label's index -> 0.0).
-Answer = dict[int, float]
+StepScores = dict[int, float]
 
 
-def parse_item(plan: ClassifierPlan, step: int, item: Any) -> Answer:
-    """One reply item as the step's :data:`Answer`, or a typed error naming the problem."""
+def parse_item(plan: ClassifierPlan, step: int, item: Any) -> StepScores:
+    """One reply item as the step's :data:`StepScores`, or a typed error naming the problem."""
     if plan.scoring == "head":
         return parse_head(plan, item)
     if plan.scoring == "constrained_choice":
@@ -168,7 +168,7 @@ def token_id(token: str) -> int:
     return int(token.rpartition(":")[2])
 
 
-def parse_constrained(plan: ClassifierPlan, choice: Any) -> Answer:
+def parse_constrained(plan: ClassifierPlan, choice: Any) -> StepScores:
     """A constrained-choice completion: the label it spelt."""
     text = _text(choice, "text", "completion choice")
     reply = strip_think(text)
@@ -177,7 +177,7 @@ def parse_constrained(plan: ClassifierPlan, choice: Any) -> Answer:
     return {plan.label_set.labels.index(reply): 0.0}
 
 
-def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> Answer:
+def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> StepScores:
     """A one-token completion: the logprobs of the step's answer tokens. Asked with
     ``logprob_token_ids``, those are all there and the sampled token is not read; otherwise
     the sampled token (limited to the answer tokens) and the top-k are."""
@@ -205,7 +205,7 @@ def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> Answer:
     return answer
 
 
-def parse_head(plan: ClassifierPlan, item: Any) -> Answer:
+def parse_head(plan: ClassifierPlan, item: Any) -> StepScores:
     """A ``/classify`` item: class i's probability (class i is label i)."""
     try:
         probs = [float(p) for p in item["probs"]]
@@ -219,7 +219,7 @@ def parse_head(plan: ClassifierPlan, item: Any) -> Answer:
     return dict(enumerate(probs))
 
 
-def combine(plan: ClassifierPlan, answers: Sequence[Answer]) -> Prediction:
+def combine(plan: ClassifierPlan, answers: Sequence[StepScores]) -> Prediction:
     """A text's prediction from its steps' answers, or a typed error."""
     try:
         return plan.combine(answers)

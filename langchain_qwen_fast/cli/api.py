@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
+from langchain_qwen_fast.cli.options import defaults, options_from
 from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.serving.service.options import ServiceOptions
 
 #: The environment variable the key is read from by default.
 API_KEY_ENV = "QWEN_FAST_API_KEY"
@@ -36,16 +39,15 @@ read it. With a key, /v1/classify and /metrics need "Authorization: Bearer <key>
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """``api``'s options."""
+    """``api``'s options: one flag for each field of :class:`ServiceOptions` but the key, named
+    after it and with its default."""
     p.add_argument("config", help="a saved classifier (QwenClassifier.save's file or directory)")
     p.add_argument("--base-url", help="the vLLM server(s), overriding the saved ones", nargs="+")
     p.add_argument("--model", help="the served model name, overriding the saved one")
     p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind (default: %(default)s; another address without a key is warned about)",
+        "--host", help="address to bind (default: %(default)s; another address without a key is warned about)"
     )
-    p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    p.add_argument("--port", type=int, help="port (default: %(default)s)")
     p.add_argument(
         "--api-key-env",
         default=API_KEY_ENV,
@@ -61,50 +63,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-wait-ms",
         type=float,
-        default=0.0,
         help="how long a group's first text waits for company (default: %(default)s: it goes at once "
         "when a group slot is free)",
     )
-    p.add_argument("--max-group", type=int, default=256, help="most single texts grouped into one call")
+    p.add_argument("--max-group", type=int, help="most single texts grouped into one call (default: %(default)s)")
     p.add_argument(
         "--groups-in-flight",
         type=int,
-        default=None,
         help="groups sent to vLLM at once; texts arriving while all are busy form the next group "
         "(default: 2 a vLLM server, shared among the workers, at least 1 each)",
     )
     p.add_argument(
         "--workers",
         type=int,
-        default=1,
         help="processes serving the port, each with its own grouping: more requests a second than one "
         "process's HTTP and JSON work allows (default: %(default)s)",
     )
-    # The limits' defaults are the service's (serving/api.py), written out here so that --help
-    # imports no FastAPI; a unit test holds the two equal. None: the service's default.
     p.add_argument(
         "--max-body-bytes",
         type=int,
-        help="largest request body in bytes; a larger one is answered 413 unread (default: 4194304)",
+        help="largest request body in bytes; a larger one is answered 413 unread (default: %(default)s)",
     )
-    p.add_argument("--max-texts", type=int, help="most texts in one request; more: 422 (default: 1024)")
-    p.add_argument("--max-text-chars", type=int, help="most characters in one text; more: 422 (default: 65536)")
+    p.add_argument("--max-texts", type=int, help="most texts in one request; more: 422 (default: %(default)s)")
+    p.add_argument("--max-text-chars", type=int, help="most characters in one text; more: 422 (default: %(default)s)")
     p.add_argument(
         "--max-queued-texts",
         type=int,
         help="most texts waiting or in flight over all requests, a worker; a request that would pass it "
-        "is answered 429 with Retry-After (default: 4096)",
+        "is answered 429 with Retry-After (default: %(default)s)",
     )
     p.add_argument(
         "--request-timeout",
         type=float,
-        help="seconds from a request's arrival to its answer; past it, 504 (default: 60)",
+        help="seconds from a request's arrival to its answer; past it, 504 (default: %(default)s)",
     )
-    p.add_argument("--ready-timeout", type=float, help="most seconds GET /ready takes to find out (default: 2)")
-
-
-#: The limit options, passed on to the service only when given.
-LIMITS = ("max_body_bytes", "max_texts", "max_text_chars", "max_queued_texts", "request_timeout", "ready_timeout")
+    p.add_argument(
+        "--ready-timeout", type=float, help="most seconds GET /ready takes to find out (default: %(default)s)"
+    )
+    p.set_defaults(**defaults(ServiceOptions))
 
 
 def api_key_from(env: str, file: Path | None) -> str | None:
@@ -127,22 +123,22 @@ def api_key_from(env: str, file: Path | None) -> str | None:
     return value.strip()
 
 
+def options_of(args: argparse.Namespace) -> ServiceOptions:
+    """The service's options from the parsed arguments, the key read as :func:`api_key_from` says."""
+    return dataclasses.replace(
+        options_from(ServiceOptions, args), api_key=api_key_from(args.api_key_env, args.api_key_file)
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
-    from langchain_qwen_fast.serving.api import serve_api
+    from langchain_qwen_fast.serving.service import serve_api
 
     base_url: list[str] | None = args.base_url
     serve_api(
         args.config,
+        options_of(args),
         base_url=base_url[0] if base_url and len(base_url) == 1 else base_url,
         model=args.model or None,
-        host=args.host,
-        port=args.port,
-        api_key=api_key_from(args.api_key_env, args.api_key_file),
-        max_wait_ms=args.max_wait_ms,
-        max_group=args.max_group,
-        groups_in_flight=args.groups_in_flight,
-        workers=args.workers,
-        **{name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None},
     )
     return 0

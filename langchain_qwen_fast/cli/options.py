@@ -1,11 +1,16 @@
 """Typed options from parsed arguments: a command's flags are named after the fields of the
 dataclass its library function takes, so the fields are listed once, in the dataclass, and
-neither their names nor their defaults are copied by hand."""
+neither their names nor their defaults are copied by hand.
+
+Options split into parts (the benchmarks' tools) are dataclasses whose fields are dataclasses of
+their own, each marked in its metadata: ``field(default_factory=Part, metadata={"part": Part})``.
+A part's fields are flags like the others (its leaves), and the part is built from them."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from langchain_qwen_fast.training.data import LabelledFile
@@ -22,17 +27,46 @@ def whole_numbers(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"want whole numbers such as 1,2,4, got {text!r}") from None
 
 
+def _leaves(cls: type[Any]) -> Iterator[dataclasses.Field[Any]]:
+    """``cls``'s fields, each part's fields in place of the part."""
+    for f in dataclasses.fields(cls):
+        part = f.metadata.get("part")
+        if part is not None:
+            yield from _leaves(part)
+        else:
+            yield f
+
+
+def field_names(cls: type[Any]) -> set[str]:
+    """The names of ``cls``'s fields (its parts' fields in place of the parts): its flags."""
+    return {f.name for f in _leaves(cls)}
+
+
 def defaults(cls: type[Any]) -> dict[str, Any]:
-    """The defaults of the dataclass ``cls``'s fields, for ``parser.set_defaults``: the parser
-    shows (``%(default)s``) and uses the dataclass's own."""
-    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    """The defaults of the dataclass ``cls``'s fields (its parts' in place of the parts), for
+    ``parser.set_defaults``: the parser shows (``%(default)s``) and uses the dataclass's own.
+    Required fields have none."""
+    found: dict[str, Any] = {}
+    for f in _leaves(cls):
+        if f.default is not dataclasses.MISSING:
+            found[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            found[f.name] = f.default_factory()
+    return found
 
 
 def options_from(cls: type[Options], args: argparse.Namespace) -> Options:
     """The dataclass ``cls`` with every field that ``args`` has an argument of the same name
-    for; the others keep their defaults."""
+    for (its parts built alike); the others keep their defaults."""
     given = vars(args)
-    return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given})  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        part = f.metadata.get("part")
+        if part is not None:
+            values[f.name] = options_from(part, args)
+        elif f.name in given:
+            values[f.name] = given[f.name]
+    return cls(**values)
 
 
 def add_labelled_file_arguments(p: argparse.ArgumentParser, path_help: str) -> None:

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"unrecognised arguments: {' '.join(args.vllm_args)} (put vLLM flags after --)", file=sys.stderr)
         return 2
     try:
-        server = _group(args) if _several(args) else _server(args)
+        server = server_of(args)
     except ConfigurationError as exc:
         print(f"qwen-fast serve: {exc}", file=sys.stderr)
         return 2
@@ -135,8 +135,12 @@ def run(args: argparse.Namespace) -> int:
     return _run_in_foreground(server, args.urls_file)
 
 
-def _several(args: argparse.Namespace) -> bool:
-    return args.gpus is not None or args.servers_per_gpu > 1 or args.router is not None or args.mps
+def server_of(args: argparse.Namespace) -> VLLMServer | ServerGroup:
+    """The server that ``serve``'s flags describe, not started: a :class:`ServerGroup` where
+    they ask for several servers, MPS or a router, else one :class:`VLLMServer`.
+    :class:`ConfigurationError` for flags that cannot work."""
+    several = args.gpus is not None or args.servers_per_gpu > 1 or args.router is not None or args.mps
+    return _group(args) if several else _server(args)
 
 
 def _api_key(args: argparse.Namespace) -> Secret | None:

@@ -4,11 +4,11 @@
 
     report = classify_table(ClassifyOptions("news.csv", "labelled.parquet", labels=("World", "Sports")))
 
-Rows are read a chunk at a time (``chunk_rows``), each chunk classified with one
-engine call (several chunks in flight, so that the servers always have the
-next requests while a chunk is written), and written, in input order, as a part file of the
-work folder (:mod:`.parts`). Memory holds the chunks in flight, not the table. Each output row
-is the input row's cells and the columns of :mod:`.columns`.
+Rows are read a chunk at a time (``chunk_rows``, :mod:`.readers`), each chunk classified with
+one engine call (several chunks in flight, so that the servers always have the next requests
+while a chunk is written), and written, in input order, as a part file of the work folder
+(:mod:`.parts`, :mod:`.writers`). Memory holds the chunks in flight, not the table. Each output
+row is the input row's cells and the columns of :mod:`.columns`.
 
 Rules that keep every row once, in order, and nothing else's:
 
@@ -47,7 +47,7 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,21 +64,19 @@ from langchain_qwen_fast.errors import (
     is_input_error,
 )
 from langchain_qwen_fast.jobs.columns import added_columns, error_text, result_columns
-from langchain_qwen_fast.jobs.parts import MANIFEST_VERSION, Part, WorkFolder, atomic_bytes, encode_digests, part_files
+from langchain_qwen_fast.jobs.parts import (
+    MANIFEST_VERSION,
+    CommittedChunk,
+    WorkFolder,
+    atomic_bytes,
+    encode_digests,
+    part_files,
+)
+from langchain_qwen_fast.jobs.readers import table_reader
 from langchain_qwen_fast.jobs.review import ReviewChunk, ReviewOptions, write_review
 from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram, total
-from langchain_qwen_fast.jobs.tables import (
-    ROW_DIGEST_BYTES,
-    STDIN,
-    Format,
-    InputRow,
-    Layout,
-    TableReader,
-    TextSource,
-    format_of,
-)
-from langchain_qwen_fast.jobs.tables import join_parts as join_tables
-from langchain_qwen_fast.jobs.tables import write_part as write_table_part
+from langchain_qwen_fast.jobs.tables import ROW_DIGEST_BYTES, STDIN, Format, InputRow, TextSource, format_of
+from langchain_qwen_fast.jobs.writers import OutputTable, join_parts, write_part
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
@@ -140,12 +138,7 @@ class ClassifyOptions:
 
     def check(self) -> None:
         """:class:`ConfigurationError` for options that cannot work (before anything is read)."""
-        if (self.classifier is None) == (self.labels is None):
-            raise ConfigurationError("give --classifier DIR or --labels A,B,C (one of them)")
-        if self.classifier is not None and self.multi_label:
-            raise ConfigurationError("--multi-label is for --labels; a saved classifier says whether it is multi-label")
-        if self.labels is not None and len(set(self.labels)) < 2:
-            raise ConfigurationError(f"--labels needs at least two distinct labels, got {list(self.labels)}")
+        check_classifier_choice(self.classifier, self.labels, self.multi_label, flags=True)
         if self.chunk_rows < 1 or self.chunks_in_flight < 1:
             raise ConfigurationError("--chunk-rows and --chunks-in-flight must be at least 1")
         if self.out == STDIN:
@@ -182,19 +175,52 @@ def same_file(a: str, b: str) -> bool:
         return False
 
 
+def check_classifier_choice(
+    classifier: str | None, labels: Sequence[str] | None, multi_label: bool, *, flags: bool
+) -> None:
+    """:class:`ConfigurationError` unless a job names its classifier one way: a saved
+    ``classifier``, or two labels or more (``multi_label`` is for labels: a saved classifier
+    says whether it is multi-label). ``flags``: name ``qwen-fast classify``'s flags, else the
+    fields."""
+    saved, given, multi, named = (
+        ("--classifier DIR", "--labels A,B,C", "--multi-label", "--labels")
+        if flags
+        else ("a saved classifier", "labels", "multi_label", "labels")
+    )
+    if (classifier is None) == (labels is None):
+        raise ConfigurationError(f"give {saved} or {given} (one of them)")
+    if classifier is not None and multi_label:
+        raise ConfigurationError(f"{multi} is for {named}; a saved classifier says whether it is multi-label")
+    if labels is not None and len(set(labels)) < 2:
+        raise ConfigurationError(f"{named} needs at least two distinct labels, got {list(labels)}")
+
+
+def named_classifier(
+    classifier: str | None, labels: Sequence[str] | None, multi_label: bool, **settings: Any
+) -> QwenClassifier:
+    """The classifier a job names: the saved one at ``classifier`` with ``settings`` on top, or
+    one over ``labels``. A setting given as None keeps the classifier's own (or the default)."""
+    from langchain_qwen_fast.classifiers import QwenClassifier
+
+    overrides = {name: value for name, value in settings.items() if value is not None}
+    if classifier is not None:
+        return QwenClassifier.load(classifier, **overrides)
+    assert labels is not None
+    return QwenClassifier(labels=list(labels), multi_label=multi_label, **overrides)
+
+
 def build_classifier(options: ClassifyOptions) -> QwenClassifier:
     """The classifier the options name: the saved one with the server options on top, or one
     over ``labels``."""
-    from langchain_qwen_fast.classifiers import QwenClassifier
-
-    given = {"base_url": options.base_url, "model": options.model, "mode": options.mode}
-    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    if options.abstain_below is not None:
-        overrides["abstain_below"] = options.abstain_below
-    if options.classifier is not None:
-        return QwenClassifier.load(options.classifier, **overrides)
-    assert options.labels is not None
-    return QwenClassifier(labels=list(options.labels), multi_label=options.multi_label, **overrides)
+    return named_classifier(
+        options.classifier,
+        options.labels,
+        options.multi_label,
+        base_url=options.base_url,
+        model=options.model,
+        mode=options.mode,
+        abstain_below=options.abstain_below,
+    )
 
 
 #: How each fingerprint field is named when a restart differs from the folder's job.
@@ -318,7 +344,7 @@ class _Job:
         self.added = added_columns(self.labels, self.multi_label)
         self.review = options.review()
         self.folder = WorkFolder(self.out, kinds[1])
-        self.layout: Layout | None = None
+        self.table: OutputTable | None = None
         self.renames: dict[str, str] = {}
         #: rows in finished chunks, and those of them with an input error (the error rate's)
         self.finished_rows = 0
@@ -330,16 +356,16 @@ class _Job:
         options = self.options
         # A JSONL input's columns matter to CSV and Parquet output only (JSONL rows keep their keys).
         scan = self.kinds[1] != "jsonl"
-        reader = TableReader(options.input, self.kinds[0], TextSource(options.text_column), scan_keys=scan)
+        reader = table_reader(options.input, self.kinds[0], TextSource(options.text_column), scan_keys=scan)
         now = fingerprint(options, self.classifier, self.kinds)
-        manifest, parts = self._resumable(now)
-        done = sum(part.rows for part in parts)
-        finished = total(part.digest() for part in parts)
+        manifest, chunks = self._resumable(now)
+        done = sum(chunk.rows for chunk in chunks)
+        finished = total(chunk.digest() for chunk in chunks)
         self.finished_rows, self.finished_errors = finished.rows, finished.errors
         expected = reader.count()
         rows = reader.rows()
-        self._check_same_input(rows, parts, done)
-        first = [] if parts else list(itertools.islice(rows, 1))  # the reader knows its columns from here
+        self._check_same_input(rows, chunks, done)
+        first = [] if chunks else list(itertools.islice(rows, 1))  # the reader knows its columns from here
         columns = list(reader.columns or [])
         if manifest is None:
             self.folder.start(now, columns)
@@ -350,20 +376,20 @@ class _Job:
             )
         self.renames = renamed_columns(columns, self.added)
         kept = [self.renames.get(name, name) for name in columns]
-        self.layout = Layout(self.kinds[1], kept, self.added, self.multi_label, reader.arrow_schema)
+        self.table = OutputTable(self.kinds[1], kept, self.added, reader.arrow_schema)
         classified = await self._stream(itertools.chain(first, rows), done, expected)
         return self._finish(done, classified, time.perf_counter() - started)
 
     def _input_name(self) -> str:
         return "stdin" if self.options.input == STDIN else self.options.input
 
-    def _resumable(self, now: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Part]]:
+    def _resumable(self, now: dict[str, Any]) -> tuple[dict[str, Any] | None, list[CommittedChunk]]:
         """The interrupted job's manifest and finished chunks to carry on from; ``(None, [])``
         to start over (``fresh``, no folder, or a folder with no finished chunk, which holds
         nothing to lose). :class:`ConfigurationError` when they are another job's."""
         manifest = None if self.options.fresh else self.folder.manifest()
-        parts = self.folder.parts() if manifest is not None else []
-        if manifest is None or not parts:
+        chunks = self.folder.chunks() if manifest is not None else []
+        if manifest is None or not chunks:
             return None, []
         if manifest.get("version") != MANIFEST_VERSION:
             raise ConfigurationError(f"{self.folder.path} is from another release; remove it or pass --fresh")
@@ -373,15 +399,15 @@ class _Job:
                 f"{self.folder.path} holds an interrupted job with other options: {'; '.join(found)} "
                 "(run it with the same options to finish it, or pass --fresh to start over)"
             )
-        return manifest, parts
+        return manifest, chunks
 
-    def _check_same_input(self, rows: Iterator[InputRow], parts: list[Part], done: int) -> None:
+    def _check_same_input(self, rows: Iterator[InputRow], chunks: list[CommittedChunk], done: int) -> None:
         """Read the rows the finished chunks were read from, comparing each one's digest with
         the one kept; :class:`ConfigurationError` naming the first that differs."""
         at = 0
-        for part in parts:
-            kept = part.input_digests()
-            for offset in range(part.rows):
+        for chunk in chunks:
+            kept = chunk.input_digests()
+            for offset in range(chunk.rows):
                 row = next(rows, None)
                 if row is None:
                     raise ConfigurationError(
@@ -499,7 +525,7 @@ class _Job:
 
     def _write_chunk(self, start: int, chunk: list[InputRow], results: list[Result]) -> None:
         """Count, pick review entries and commit one chunk's rows (in a worker thread)."""
-        assert self.layout is not None and len(results) == len(chunk)
+        assert self.table is not None and len(results) == len(chunk)
         counts = Counts()
         review = ReviewChunk(self.review) if self.review is not None else None
         out_rows = []
@@ -514,38 +540,33 @@ class _Job:
             "review": review.entries() if review is not None else [],
             "inputs": encode_digests([row.digest for row in chunk]),
         }
-        layout = self.layout
-        self.folder.commit(start, digest, lambda path: write_table_part(path, layout, out_rows))
+        table = self.table
+        self.folder.commit(start, digest, lambda path: write_part(path, table, out_rows))
 
     def _finish(self, resumed: int, classified: int, seconds: float) -> JobReport:
         """Join the parts into the output, write the histogram, review file and report, and
         remove the work folder (each step may run again after a kill)."""
-        assert self.layout is not None
-        parts = self.folder.parts()
-        rows = sum(part.rows for part in parts)
+        assert self.table is not None
+        chunks = self.folder.chunks()
+        rows = sum(chunk.rows for chunk in chunks)
         if rows != resumed + classified:
             raise DataFileError(f"{self.folder.path} lost chunks while the job ran ({rows} rows in its parts)")
-        counts = total(part.digest() for part in parts)
+        counts = total(chunk.digest() for chunk in chunks)
         histogram = None
         if self.options.histogram:
             target = self.out.with_name(self.out.name + ".histogram.png")
             histogram = str(draw_histogram(counts, target, self.folder.path))
         review = None
         if self.review is not None:
-            review = write_review(self.review, self.multi_label, lambda: (part.digest()["review"] for part in parts))
+            review = write_review(self.review, self.multi_label, lambda: (chunk.digest()["review"] for chunk in chunks))
         report_path = self.out.with_name(self.out.name + ".report.json")
-        report = JobReport(
+        report = JobReport.of(
+            counts,
+            multi_label=self.multi_label,
             output=str(self.out),
-            rows=rows,
             classified_rows=classified,
             resumed_rows=resumed,
-            seconds=round(seconds, 3),
-            rows_per_s=round(classified / seconds, 1) if seconds > 0 else 0.0,
-            label_counts=counts.label_counts,
-            chosen_counts=counts.chosen_counts if self.multi_label else None,
-            abstained=counts.abstained,
-            errors=counts.errors,
-            error_kinds=counts.error_kinds,
+            seconds=seconds,
             histogram=histogram,
             report=str(report_path),
             review=review,
@@ -554,7 +575,7 @@ class _Job:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_bytes(report_path, orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), self.folder.path)
         tmp = self.folder.temporary(self.out)
-        join_tables(tmp, self.layout, part_files(parts))
+        join_parts(tmp, self.table, part_files(chunks))
         os.replace(tmp, self.out)
         self.folder.remove()
         return report

@@ -48,12 +48,13 @@ _TOKEN = secrets.token_hex(4)
 
 
 @dataclass(frozen=True)
-class Part:
-    """One committed chunk: its first row, its row count and its two files."""
+class CommittedChunk:
+    """A chunk committed to the work folder: its first row, its row count, its part file (its
+    rows, in the output's kind) and its digest file."""
 
     start: int
     rows: int
-    path: Path
+    part_path: Path
     digest_path: Path
 
     def digest(self) -> dict[str, Any]:
@@ -66,7 +67,7 @@ class Part:
 
 
 def encode_digests(digests: list[bytes]) -> str:
-    """Row digests as :meth:`Part.input_digests` reads them back from a chunk's digest."""
+    """Row digests as :meth:`CommittedChunk.input_digests` reads them back from a chunk's digest."""
     return base64.b64encode(b"".join(digests)).decode()
 
 
@@ -199,7 +200,7 @@ class WorkFolder:
         manifest = {"version": MANIFEST_VERSION, "fingerprint": fingerprint, "columns": columns}
         atomic_bytes(self.path / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
-    def parts(self) -> list[Part]:
+    def chunks(self) -> list[CommittedChunk]:
         """The committed chunks from row 0 on, unbroken; anything else in the folder (temporary
         files, a digest without its part, chunks after a gap) is removed."""
         if not self.path.is_dir():
@@ -217,13 +218,13 @@ class WorkFolder:
                 digests[int(first)] = file
             else:
                 rows_files[int(first)] = file
-        kept: list[Part] = []
+        kept: list[CommittedChunk] = []
         at = 0
         for start in sorted(set(digests) | set(rows_files)):
             digest, rows = digests.get(start), rows_files.get(start)
             if start == at and digest is not None and rows is not None:
                 count = int(orjson.loads(digest.read_bytes())["rows"])
-                kept.append(Part(start, count, rows, digest))
+                kept.append(CommittedChunk(start, count, rows, digest))
                 at += count
                 continue
             for stray in (digest, rows):
@@ -231,7 +232,7 @@ class WorkFolder:
                     stray.unlink()
         return kept
 
-    def commit(self, start: int, digest: dict[str, Any], write_rows: Callable[[Path], None]) -> Part:
+    def commit(self, start: int, digest: dict[str, Any], write_rows: Callable[[Path], None]) -> CommittedChunk:
         """Commit one chunk: its digest (with ``rows`` and ``inputs``, :func:`encode_digests`),
         then its rows (``write_rows`` writes and syncs them)."""
         name = f"{start:012d}"
@@ -239,7 +240,7 @@ class WorkFolder:
         path = self.path / f"{name}.{self.kind}"
         atomic_bytes(digest_path, orjson.dumps(digest))
         atomic_write(path, write_rows)
-        return Part(start, int(digest["rows"]), path, digest_path)
+        return CommittedChunk(start, int(digest["rows"]), path, digest_path)
 
     def temporary(self, target: Path) -> Path:
         """A temporary name in the folder for a file to rename to ``target`` (beside the
@@ -271,9 +272,9 @@ class WorkFolder:
                     file.unlink()
 
 
-def part_files(parts: list[Part]) -> Iterator[Path]:
-    """The chunks' row files, in order."""
-    return (part.path for part in parts)
+def part_files(chunks: list[CommittedChunk]) -> Iterator[Path]:
+    """The chunks' part files, in order."""
+    return (chunk.part_path for chunk in chunks)
 
 
 def _part_name(name: str) -> bool:

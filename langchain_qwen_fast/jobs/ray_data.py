@@ -42,9 +42,10 @@ from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, ResponseFormatError, is_input_error
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
-from langchain_qwen_fast.jobs.job import renamed_columns
+from langchain_qwen_fast.jobs.job import check_classifier_choice, named_classifier, renamed_columns
 from langchain_qwen_fast.jobs.ray_read import PROBLEM_COLUMN
-from langchain_qwen_fast.jobs.tables import Layout, TextSource
+from langchain_qwen_fast.jobs.tables import TextSource
+from langchain_qwen_fast.jobs.writers import OutputTable
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
@@ -121,12 +122,7 @@ class ClassifyStage:
 
     def check(self) -> None:
         """:class:`ConfigurationError` for settings that cannot work."""
-        if (self.classifier is None) == (self.labels is None):
-            raise ConfigurationError("give a saved classifier or labels (one of them)")
-        if self.classifier is not None and self.multi_label:
-            raise ConfigurationError("multi_label is for labels; a saved classifier says whether it is multi-label")
-        if self.labels is not None and len(set(self.labels)) < 2:
-            raise ConfigurationError(f"labels needs at least two distinct labels, got {list(self.labels)}")
+        check_classifier_choice(self.classifier, self.labels, self.multi_label, flags=False)
         fewest, most = (self.concurrency, self.concurrency) if isinstance(self.concurrency, int) else self.concurrency
         if not 1 <= fewest <= most:
             raise ConfigurationError(
@@ -145,8 +141,6 @@ class ClassifyStage:
 
     def build(self, base_url: str | None = None, http_transport: Any = None) -> QwenClassifier:
         """The classifier this stage names, over ``base_url`` (default: the engine's)."""
-        from langchain_qwen_fast.classifiers import QwenClassifier
-
         given: dict[str, Any] = {"mode": self.mode, "abstain_below": self.abstain_below}
         if isinstance(self.engine, HTTPServers):
             given.update(base_url=self.engine.base_url, model=self.engine.model)
@@ -154,13 +148,7 @@ class ClassifyStage:
             given["model"] = self.engine.served_model_name
         if base_url is not None:
             given["base_url"] = base_url
-        if http_transport is not None:
-            given["http_transport"] = http_transport
-        overrides = {name: value for name, value in given.items() if value is not None}
-        if self.classifier is not None:
-            return QwenClassifier.load(self.classifier, **overrides)
-        assert self.labels is not None
-        return QwenClassifier(labels=list(self.labels), multi_label=self.multi_label, **overrides)
+        return named_classifier(self.classifier, self.labels, self.multi_label, **given, http_transport=http_transport)
 
     def labels_only(self) -> QwenClassifier:
         """The classifier this stage names, pointing nowhere: for its labels and settings, never
@@ -246,7 +234,7 @@ class BatchColumns:
         if renames:
             table = table.rename_columns([renames.get(name, name) for name in table.column_names])
         rows = [result_columns(r, self.labels, self.multi_label) for r in results]
-        for spec in Layout("parquet", [], self.added, self.multi_label).schema():
+        for spec in OutputTable("parquet", [], self.added).schema():
             table = table.append_column(spec, pa.array([row[spec.name] for row in rows], type=spec.type))
         return table
 
@@ -344,13 +332,6 @@ def stage_of(options: Any, engine: HTTPServers | VLLMInActor, **settings: Any) -
     """The stage of a ``qwen-fast classify`` job's options (:class:`~.job.ClassifyOptions`)."""
     if isinstance(engine, HTTPServers):
         engine = dataclasses.replace(engine, base_url=options.base_url or engine.base_url, model=options.model)
-    return ClassifyStage(
-        classifier=options.classifier,
-        labels=options.labels,
-        multi_label=options.multi_label,
-        abstain_below=options.abstain_below,
-        mode=options.mode,
-        text_column=options.text_column,
-        engine=engine,
-        **settings,
-    )
+    # The fields that name the classifier and its text are the job's, under the same names.
+    named = {f.name for f in dataclasses.fields(ClassifyStage)} & {f.name for f in dataclasses.fields(options)}
+    return ClassifyStage(engine=engine, **{name: getattr(options, name) for name in named}, **settings)

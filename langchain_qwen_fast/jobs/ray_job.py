@@ -532,18 +532,13 @@ def _report(
     if review is not None:
         entries.sort(key=lambda entry: int(entry["row"]))
         review_written = write_review(review, columns.multi_label, lambda: iter([entries]))
-    report = RayJobReport(
+    report = RayJobReport.of(
+        counts,
+        multi_label=columns.multi_label,
         output=output.given,
-        rows=counts.rows,
         classified_rows=classified,
         resumed_rows=max(0, counts.rows - classified),
         seconds=seconds,
-        rows_per_s=classified / seconds if seconds > 0 else 0.0,
-        label_counts=counts.label_counts,
-        chosen_counts=counts.chosen_counts if columns.multi_label else None,
-        abstained=counts.abstained,
-        errors=counts.errors,
-        error_kinds=counts.error_kinds,
         histogram=histogram,
         report=output.child(REPORT_FILE),
         review=review_written,

@@ -2,7 +2,7 @@
 
 Parquet goes through ``ray.data.read_parquet``. CSV and JSONL go through
 :class:`TextTableDatasource`, a Ray Data file datasource that reads each file with the job's
-own row reader (:class:`~.tables.TableReader`): a row that cannot be read as asked (bytes that
+own row readers (:mod:`.readers`): a row that cannot be read as asked (bytes that
 are not UTF-8, a line that is not JSON, a CSV record with the wrong number of fields) stays in
 its place with its problem in :data:`PROBLEM_COLUMN`, strings stay strings (``"007"`` is not
 7), and ``.ndjson`` is JSONL. Files, folders, globs and remote filesystems (``s3://``,
@@ -23,7 +23,8 @@ from typing import Any
 import orjson
 
 from langchain_qwen_fast.errors import ConfigurationError
-from langchain_qwen_fast.jobs.tables import Format, InputRow, TableReader, TextSource
+from langchain_qwen_fast.jobs.readers import table_reader
+from langchain_qwen_fast.jobs.tables import Format, InputRow, TextSource
 
 #: The derived row id's column (a name Ray Data's Parquet reader gives its own row hash).
 ROW_ID_COLUMN = "row_hash"
@@ -89,7 +90,7 @@ def _datasource_class() -> type:
         def _read_stream(self, f: Any, path: str) -> Iterator[Any]:
             # A JSONL file is read line by line, which Arrow's own stream does not do.
             stream = io.BufferedReader(f) if self.kind == "jsonl" else f
-            reader = TableReader(path, self.kind, self.text, stream=stream)
+            reader = table_reader(path, self.kind, self.text, stream=stream)
             block: list[InputRow] = []
             first = 0
             for row in reader.rows():

@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.jobs.parts import atomic_write
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 #: The histogram's bins: this many equal steps of confidence from 0 to 1.
 BINS = 20
@@ -137,6 +140,41 @@ class JobReport:
     report: str
     review: dict[str, Any] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        counts: Counts,
+        *,
+        multi_label: bool,
+        output: str,
+        classified_rows: int,
+        resumed_rows: int,
+        seconds: float,
+        histogram: str | None,
+        report: str,
+        review: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Self:
+        """The report of a job whose output holds the rows ``counts`` counted, of which this run
+        classified ``classified_rows`` in ``seconds``."""
+        return cls(
+            output=output,
+            rows=counts.rows,
+            classified_rows=classified_rows,
+            resumed_rows=resumed_rows,
+            seconds=round(seconds, 3),
+            rows_per_s=round(classified_rows / seconds, 1) if seconds > 0 else 0.0,
+            label_counts=counts.label_counts,
+            chosen_counts=counts.chosen_counts if multi_label else None,
+            abstained=counts.abstained,
+            errors=counts.errors,
+            error_kinds=counts.error_kinds,
+            histogram=histogram,
+            report=report,
+            review=review,
+            options=options,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

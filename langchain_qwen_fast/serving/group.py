@@ -11,13 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from langchain_qwen_fast.errors import ConfigurationError
-from langchain_qwen_fast.serving.launcher import (
-    DEFAULT_MODEL,
-    INTERRUPTED_STOP_TIMEOUT,
-    ServerSettings,
-    VLLMServer,
-    resolve_api_key,
-)
+from langchain_qwen_fast.serving.launcher import DEFAULT_MODEL, ServerSettings, VLLMServer, resolve_api_key
+from langchain_qwen_fast.serving.lifecycle import ManagedServer
 from langchain_qwen_fast.serving.mps import MPSDaemon
 from langchain_qwen_fast.serving.router import Router
 
@@ -36,7 +31,7 @@ def share_gpu_memory(args: Sequence[str], servers_on_gpu: int) -> tuple[str, ...
     return tuple(args)
 
 
-class ServerGroup:
+class ServerGroup(ManagedServer):
     """Independent vLLM servers of one model: ``servers_per_gpu`` on each GPU in ``gpus``
     (each sees only its GPU, with the profile's job-sized KV cache), or, without GPUs,
     ``servers_per_gpu`` CPU servers. Independent servers scale where vLLM's data parallel
@@ -48,7 +43,8 @@ class ServerGroup:
     are each server's :class:`~langchain_qwen_fast.serving.VLLMServer` options
     (``frontend="rust"``: every server serves HTTP with vLLM's Rust frontend). Each server, and
     the router, refuses a port that already answers and is ready only once it is its own
-    process serving the model; all die with the process that started them."""
+    process serving the model; all die with the process that started them. A context manager:
+    ``with`` starts and stops them all."""
 
     def __init__(
         self,
@@ -119,7 +115,7 @@ class ServerGroup:
     def start(self) -> ServerGroup:
         """Start every server (and the router), waiting until all are ready; on any failure or
         an interrupt (Ctrl-C), stop them all and raise."""
-        try:
+        with self.stopped_on_failure():
             if self.mps:
                 self.mps.start()
             for server in self.servers:
@@ -128,19 +124,14 @@ class ServerGroup:
                 server.wait_ready()
             if self.router:
                 self.router.start()
-        except KeyboardInterrupt:
-            self.stop(INTERRUPTED_STOP_TIMEOUT)
-            raise
-        except BaseException:
-            self.stop()
-            raise
         return self
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop the router, every server (each killed after ``timeout`` seconds) and the MPS
-        daemon; idempotent."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the router, every server (each killed after ``timeout`` seconds, default
+        :attr:`stop_timeout`) and the MPS daemon; idempotent."""
+        timeout = self.stop_timeout if timeout is None else timeout
         if self.router:
-            self.router.stop(min(timeout, 10.0))
+            self.router.stop(min(timeout, self.router.stop_timeout))
         for server in self.servers:
             server.stop(timeout)
         if self.mps:
@@ -156,9 +147,3 @@ class ServerGroup:
     def running(self) -> bool:
         """True while every server runs."""
         return all(s.running for s in self.servers)
-
-    def __enter__(self) -> ServerGroup:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,14 +30,8 @@ from typing import TypedDict
 
 from langchain_qwen_fast.errors import ConfigurationError, ServerStartError
 from langchain_qwen_fast.serving.gpus import has_gpu
-from langchain_qwen_fast.serving.process_group import (
-    http_base,
-    is_loopback,
-    refuse_answering_port,
-    spawn_in_own_group,
-    stop_group,
-    wait_until_answering,
-)
+from langchain_qwen_fast.serving.lifecycle import ChildProcessServer
+from langchain_qwen_fast.serving.process_group import is_loopback, refuse_answering_port, spawn_in_own_group
 from langchain_qwen_fast.serving.profiles import (
     FRONTENDS,
     PROFILES,
@@ -56,9 +49,6 @@ _log = logging.getLogger(__name__)
 RUST_FRONTEND_ENV = {"VLLM_USE_RUST_FRONTEND": "1"}
 #: the variable vLLM reads its API key from (as it also reads ``--api-key``, which ``ps`` shows)
 API_KEY_ENV = "VLLM_API_KEY"
-#: seconds a server interrupted during its start-up gets to exit before it is killed: it has
-#: served nothing, so there is nothing to finish
-INTERRUPTED_STOP_TIMEOUT = 5.0
 
 
 class Secret:
@@ -169,8 +159,9 @@ def lora_args(adapters: Mapping[str, str | os.PathLike[str]]) -> tuple[str, ...]
     )
 
 
-class VLLMServer:
-    """A vLLM OpenAI-compatible server in a child process.
+class VLLMServer(ChildProcessServer):
+    """A vLLM OpenAI-compatible server in a child process (a context manager: ``with`` starts
+    and stops it).
 
     Args:
         model: a local model directory or a hub id (default ``Qwen/Qwen3-0.6B``).
@@ -202,6 +193,8 @@ class VLLMServer:
     Binding a non-loopback ``host`` without a key logs a warning: anyone who reaches the
     address may use the server.
     """
+
+    name = "vLLM server"
 
     def __init__(
         self,
@@ -255,8 +248,6 @@ class VLLMServer:
             os.close(fd)
             log_path = name
         self.log_path = Path(log_path)
-        self._process: subprocess.Popen[bytes] | None = None
-        self._spawned_at = 0.0
         self.startup_seconds: float | None = None
 
     def __repr__(self) -> str:
@@ -275,16 +266,6 @@ class VLLMServer:
     def requires_key(self) -> bool:
         """True when the server requires an API key."""
         return self._api_key is not None
-
-    @property
-    def running(self) -> bool:
-        """True while the server process is alive."""
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        """The server process's id (its process group's too), or None."""
-        return self._process.pid if self._process else None
 
     @property
     def command_env(self) -> dict[str, str]:
@@ -334,7 +315,7 @@ class VLLMServer:
             raise ServerStartError(f"no model directory at {self.model}")
         if self.frontend == "rust":
             self._check_rust_frontend()
-        refuse_answering_port(self.host, self.port, name="vLLM server")
+        refuse_answering_port(self.host, self.port, name=self.name)
         if self._api_key is None and not is_loopback(self.host):
             _log.warning(
                 "the vLLM server binds %s without an API key: anyone who reaches that address can use it "
@@ -346,9 +327,8 @@ class VLLMServer:
         if self._api_key is not None:
             # Through the environment, not argv, so it never shows in `ps` or vLLM's logged arguments.
             env[API_KEY_ENV] = self._api_key.reveal()
-        started = time.monotonic()
+        self._spawned_at = time.monotonic()
         self._process = spawn_in_own_group(self.command(), self.log_path, env)
-        self._spawned_at = started
 
     def _check_rust_frontend(self) -> None:
         """Fail early, saying how to get it, where the Rust frontend's binary is missing; name
@@ -374,37 +354,9 @@ class VLLMServer:
         failure, or an interrupt (Ctrl-C), stop it and raise."""
         if self._process is None:
             raise ServerStartError("the vLLM server was not spawned: call spawn() first")
-        try:
-            wait_until_answering(
-                self._process,
-                http_base(self.host, self.port),
-                name="vLLM server",
-                log_path=self.log_path,
-                started=self._spawned_at,
-                timeout=self.startup_timeout,
-                interval=0.5,
-                model=self.served_model_name,
-                api_key=self._api_key.reveal() if self._api_key is not None else None,
-            )
-        except KeyboardInterrupt:
-            self.stop(INTERRUPTED_STOP_TIMEOUT)
-            raise
-        except BaseException:
-            self.stop()
-            raise
+        api_key = self._api_key.reveal() if self._api_key is not None else None
+        self._wait_until_answering(interval=0.5, model=self.served_model_name, api_key=api_key)
         self.startup_seconds = time.monotonic() - self._spawned_at
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop the server and every process in its group; idempotent."""
-        if self._process is not None:
-            stop_group(self._process, timeout)
-            self._process = None
-
-    def __enter__(self) -> VLLMServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def hub_model_available(model_id: str, timeout: float = 5.0) -> bool:

@@ -269,7 +269,7 @@ def refuse_answering_port(host: str, port: int, *, name: str) -> None:
     )
 
 
-def _ownership(process: subprocess.Popen[bytes], port: int) -> str | None:
+def port_not_held_by(process: subprocess.Popen[bytes], port: int) -> str | None:
     """Why the server on ``port`` is not ``process``'s, or None when it is (or ``/proc`` cannot
     say)."""
     found = listeners(port)
@@ -340,7 +340,7 @@ def _not_ready(
             return "nothing answered"
         if answer[0] != 200:
             return f"{health_path} answered {answer[0]}"
-    foreign = _ownership(process, port)
+    foreign = port_not_held_by(process, port)
     if foreign is not None:
         return foreign
     models = served_models(base, api_key)

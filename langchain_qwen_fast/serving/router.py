@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -14,14 +13,9 @@ from pathlib import Path
 
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.errors import ConfigurationError
-from langchain_qwen_fast.serving.launcher import INTERRUPTED_STOP_TIMEOUT, Secret, free_port
-from langchain_qwen_fast.serving.process_group import (
-    http_base,
-    refuse_answering_port,
-    spawn_in_own_group,
-    stop_group,
-    wait_until_answering,
-)
+from langchain_qwen_fast.serving.launcher import Secret, free_port
+from langchain_qwen_fast.serving.lifecycle import ChildProcessServer
+from langchain_qwen_fast.serving.process_group import refuse_answering_port, spawn_in_own_group
 
 #: The policies ``qwen-fast serve --router`` offers. Not a prefix-affinity one: every classifier
 #: prompt shares its prefix, so affinity would send everything to one server.
@@ -35,14 +29,18 @@ def _router_program() -> list[str]:
     return [script] if Path(script).exists() else [sys.executable, "-m", "vllm_router.launch_router"]
 
 
-class Router:
-    """vLLM's router in front of running servers: one URL, load spread by ``policy`` (one of
+class Router(ChildProcessServer):
+    """vLLM's router in front of running servers (a context manager: ``with`` starts and stops
+    it): one URL, load spread by ``policy`` (one of
     :data:`ROUTER_POLICIES`; ``power_of_two`` needs two workers or more). ``worker_urls`` are the
     servers' base URLs, with or without ``/v1``; its Prometheus metrics are on ``metrics_port``
     (default: ``port + 1`` when ``port`` is given, else a free port). ``start`` refuses a port
     that already answers, and waits until the router on the port is its own process answering
     ``/v1/models`` (listing ``served_model_name`` when given; ``api_key``: the workers' key,
     sent with that check only, never on the router's command line)."""
+
+    name = "vllm-router"
+    stop_timeout = 10.0
 
     def __init__(
         self,
@@ -72,7 +70,6 @@ class Router:
         self.startup_timeout = startup_timeout
         self.served_model_name = served_model_name
         self._api_key = Secret(api_key) if isinstance(api_key, str) else api_key
-        self._process: subprocess.Popen[bytes] | None = None
 
     def __repr__(self) -> str:
         return f"Router({self.policy!r}, {len(self.worker_urls)} workers, url={self.base_url!r})"
@@ -81,11 +78,6 @@ class Router:
     def base_url(self) -> str:
         """The router's ``…/v1`` URL."""
         return f"http://{self.host}:{self.port}/v1"
-
-    @property
-    def pid(self) -> int | None:
-        """The router's process (and process group) id, or None."""
-        return self._process.pid if self._process else None
 
     def command(self) -> list[str]:
         """The vllm-router command line."""
@@ -110,39 +102,10 @@ class Router:
         interrupted)."""
         command = self.command()
         require_extra("router", "vllm_router", what="the router")
-        refuse_answering_port(self.host, self.port, name="vllm-router")
+        refuse_answering_port(self.host, self.port, name=self.name)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
+        self._spawned_at = time.monotonic()
         self._process = spawn_in_own_group(command, self.log_path)
-        try:
-            wait_until_answering(
-                self._process,
-                http_base(self.host, self.port),
-                name="vllm-router",
-                log_path=self.log_path,
-                started=started,
-                timeout=self.startup_timeout,
-                interval=0.3,
-                model=self.served_model_name,
-                api_key=self._api_key.reveal() if self._api_key is not None else None,
-                health_path=None,
-            )
-        except KeyboardInterrupt:
-            self.stop(INTERRUPTED_STOP_TIMEOUT)
-            raise
-        except BaseException:
-            self.stop()
-            raise
+        api_key = self._api_key.reveal() if self._api_key is not None else None
+        self._wait_until_answering(interval=0.3, model=self.served_model_name, api_key=api_key, health_path=None)
         return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the router (SIGKILL after ``timeout`` seconds); idempotent."""
-        if self._process is not None:
-            stop_group(self._process, timeout)
-            self._process = None
-
-    def __enter__(self) -> Router:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -43,6 +43,8 @@ class TrainOptions:
     val_fraction: float = 0.1
     #: epochs without a better validation macro-F1 (multi-label: at threshold 0.5) before stopping
     patience: int = 2
+    #: what the split, each epoch's order and the new weights are drawn from: the same seed,
+    #: data and options give the same model on one device and thread count
     seed: int = 0
     #: tokens kept of each text
     max_text_tokens: int = 256

@@ -412,8 +412,15 @@ def make_task(
     import torch
 
     task = (HeadTask if options.method == "head" else SFTTask)(options, labels, tokenizer, torch, multi_label)
-    task.device = torch.device(options.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    task.device = make_device(options)
     return task
+
+
+def make_device(options: TrainOptions) -> Any:
+    """The torch device ``options`` train on: ``options.device``, else cuda where there is one."""
+    import torch
+
+    return torch.device(options.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def load_tokenizer(model_dir: str) -> Any:

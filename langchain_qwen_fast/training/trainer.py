@@ -6,7 +6,13 @@ epoch is exported. When the cap ends a run first (the best epoch is the last one
 it for early stopping to have ended the run), the report says the run had not converged
 (``converged``: False) and the log warns of it. Every epoch writes a checkpoint that
 ``resume`` continues from. bf16 autocast on GPU, fp32 on CPU. The output
-directory also holds ``training.json`` (options, per-epoch history, samples/s).
+directory also holds ``training.json`` (options, per-epoch history, samples/s, torch's threads).
+
+A run is reproducible from ``seed``: the split, each epoch's order and the new weights are drawn
+from it, and the process's random generators are seeded with it. On CPU, torch's deterministic
+algorithms are on and the same seed, data and options give the same model on the same thread
+count (``OMP_NUM_THREADS``, recorded in ``training.json``): another thread count adds the
+floating-point sums in another order, which over a run can change what it learns.
 
 Multi-label data (items of (text, labels)): the split is stratified by label combination, each
 epoch is scored by micro- and macro-F1 at threshold 0.5 (macro-F1 picks the best epoch), and
@@ -16,6 +22,7 @@ each label's threshold is then tuned on the validation split (best F1,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -23,7 +30,7 @@ import math
 import random
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,7 +40,7 @@ from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 from langchain_qwen_fast.training.data import LabelledItem, is_multi_label
 from langchain_qwen_fast.training.export import export
 from langchain_qwen_fast.training.options import TrainOptions
-from langchain_qwen_fast.training.tasks import HeadTask, SFTTask, load_tokenizer, make_task, score
+from langchain_qwen_fast.training.tasks import HeadTask, SFTTask, load_tokenizer, make_device, make_task, score
 from langchain_qwen_fast.training.thresholds import multi_label_scores, tune_thresholds
 
 _CHECKPOINT = "checkpoints/last.pt"
@@ -263,6 +270,25 @@ def not_converged_warning(best_epoch: int, last_epoch: int, patience: int) -> st
     )
 
 
+@contextlib.contextmanager
+def _reproducibly(torch: Any, seed: int, device: Any) -> Iterator[None]:
+    """Seed every generator a run may draw from (torch's on every device, for the new weights;
+    Python's and numpy's, for any library that draws from them) and, on CPU, turn torch's
+    deterministic algorithms on, as they were again afterwards."""
+    import numpy
+
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    if device.type == "cpu":  # on CUDA they would slow training and need cuBLAS set up before it starts
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def _start(items: Sequence[LabelledItem], labels: Sequence[str], options: TrainOptions) -> _Run:
     """The task, the model to train, its optimiser and schedule, and the encoded split."""
     checked, multi_label = checked_items(items, labels)
@@ -276,7 +302,6 @@ def _start(items: Sequence[LabelledItem], labels: Sequence[str], options: TrainO
         )
     import torch
 
-    torch.manual_seed(options.seed)  # the new head's and the LoRA weights' initialisation
     task = make_task(options, labels, load_tokenizer(options.base_model), multi_label)
     index = {label: i for i, label in enumerate(labels)}
     encoded = task.encode([t for t, _ in train_items])
@@ -313,6 +338,16 @@ def train(
     :class:`MissingDependencyError` without the ``train`` extra."""
     options.check(is_multi_label(items))
     require_extra("train", *_TRAIN_MODULES, what="training")
+    import torch
+
+    with _reproducibly(torch, options.seed, make_device(options)):
+        return _train(items, labels, options, log)
+
+
+def _train(
+    items: Sequence[LabelledItem], labels: Sequence[str], options: TrainOptions, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """:func:`train`, its generators seeded."""
     run = _start(items, labels, options)
     out = Path(options.out)
     checkpoint = out / _CHECKPOINT
@@ -390,6 +425,8 @@ def _report(
         "train_seconds": round(seconds, 2),
         "train_samples_per_s": round(progress.samples / seconds, 1) if seconds else None,
         "device": str(run.task.device),
+        #: what a CPU run's result depends on beside the options (see the module's docstring)
+        "threads": run.task.torch.get_num_threads(),
         "options": {k: v for k, v in dataclasses.asdict(options).items() if k != "progress"},
         "finished": finished,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import openai
@@ -9,7 +10,14 @@ import pytest
 from langchain_core.load import dumpd, load
 from langchain_core.prompts import ChatPromptTemplate
 
-from langchain_qwen_fast import ChatQwenFast, Classification, QwenClassifier
+from langchain_qwen_fast import (
+    ChatQwenFast,
+    Classification,
+    QwenClassifier,
+    ServerConnectionError,
+    ServerStatusError,
+    TransportError,
+)
 from tests.integration_tests.conftest import NEWS_LABELS
 from tests.support.proxy import Fault, FaultProxy
 
@@ -70,13 +78,33 @@ async def test_astream(server_url: str) -> None:
 def test_retries_use_the_shared_policy(proxy: FaultProxy) -> None:
     model = chat(proxy.base_url, max_retries=2)
     proxy.inject("/chat/completions", Fault.http(503), Fault.http(429, {"Retry-After": "0.1"}))
-    assert model.invoke("Say hi").content is not None
+    message = model.invoke("Say hi")
+    assert message.usage_metadata and message.usage_metadata["output_tokens"] > 0  # the server's answer
     assert len(proxy.calls("/chat/completions")) == 3
     proxy.inject("/chat/completions", Fault.http(400))
     before = len(proxy.calls("/chat/completions"))
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(ServerStatusError, match="HTTP 400") as raised:
         model.invoke("Say hi")
+    assert raised.value.status_code == 400 and isinstance(raised.value.__cause__, openai.BadRequestError)
     assert len(proxy.calls("/chat/completions")) == before + 1  # no retry on 400
+
+
+async def test_a_stopped_server_is_a_connection_error_naming_its_url(server_url: str) -> None:
+    with FaultProxy(server_url.removesuffix("/v1")) as proxy:
+        model = chat(proxy.base_url, max_retries=1)
+        classifier = QwenClassifier.from_chat_model(model, labels=NEWS_LABELS)
+        assert model.invoke("Say hi").usage_metadata
+    # The server at the chat model's URL has stopped: its port refuses connections.
+    with pytest.raises(ServerConnectionError, match=re.escape(proxy.base_url)) as raised:
+        model.invoke("Say hi")
+    assert isinstance(raised.value.__cause__, openai.APIConnectionError)  # the SDK's, kept
+    with pytest.raises(ServerConnectionError, match=re.escape(proxy.base_url)):
+        await model.ainvoke("Say hi")
+    with pytest.raises(ServerConnectionError, match=re.escape(proxy.base_url)):
+        list(model.stream("Say hi"))
+    for failing in (model, classifier):  # one except covers both models
+        with pytest.raises(TransportError):
+            failing.invoke("Say hi")
 
 
 def test_classifier_from_chat_model_takes_its_server_and_settings(proxy: FaultProxy) -> None:

@@ -9,7 +9,7 @@ import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
-from langchain_qwen_fast import QwenClassifier, label_edge
+from langchain_qwen_fast import QwenClassifier, ServerConnectionError, label_edge
 from tests.integration_tests.conftest import NEWS_LABELS
 from tests.support.proxy import FaultProxy
 
@@ -94,6 +94,29 @@ def test_unrouted_failed_and_abstained_go_to_default(classifier: QwenClassifier,
     abstaining = QwenClassifier(labels=NEWS_LABELS, base_url=classifier.base_url, abstain_below=0.9)
     router = abstaining.as_router({label: branch(label) for label in NEWS_LABELS}, default=branch("default"))
     assert {name for name, _, _ in router.batch(inputs[:10])} == {"default"}
+
+
+def test_an_outage_is_raised_and_goes_to_default_only_when_asked(server_url: str, news_texts: list[str]) -> None:
+    routes = {label: branch(label) for label in NEWS_LABELS}
+    with FaultProxy(server_url.removesuffix("/v1")) as proxy:
+        classifier = QwenClassifier(labels=NEWS_LABELS, base_url=proxy.base_url, max_retries=1)
+        router = classifier.as_router(routes, default=branch("default"))
+        lenient = classifier.as_router(routes, default=branch("default"), outages_to_default=True)
+        assert router.invoke(news_texts[0])[0] in NEWS_LABELS
+    # The server at the classifier's URL has stopped: its port refuses connections.
+    with pytest.raises(ServerConnectionError):
+        router.invoke(news_texts[1])
+    with pytest.raises(ServerConnectionError):
+        router.batch(news_texts[1:6])
+    outage, bad = router.batch([news_texts[1], ""], return_exceptions=True)
+    assert isinstance(outage, ServerConnectionError)
+    assert bad == ("default", "", None)  # the input's own error still routes
+    assert lenient.invoke(news_texts[1]) == ("default", news_texts[1], None)
+    with pytest.raises(ServerConnectionError):
+        label_edge(classifier, {"World": "world_desk"}, default="triage").invoke({"text": news_texts[1]})
+    never_set_up = QwenClassifier(labels=NEWS_LABELS, base_url=proxy.base_url, max_retries=0)
+    with pytest.raises(ServerConnectionError):
+        never_set_up.as_router(routes, default=branch("default")).invoke(news_texts[1])
 
 
 def test_router_classifies_in_grouped_requests(proxy: FaultProxy, news_texts: list[str]) -> None:

@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableLambda, RunnableParallel
 
 from langchain_qwen_fast import Classification, InvalidInputError, QwenClassifier, QwenFastError
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
-from langchain_qwen_fast.caches import InMemoryCache, SQLiteCache
+from langchain_qwen_fast.caches import ClassificationCache, InMemoryCache, SQLiteCache
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from tests.support.fake_vllm import FakeVLLM, logit, softmax, toy_detokenize, toy_tokenize
 
@@ -432,12 +432,30 @@ async def test_a_failing_cache_costs_no_results(fake: FakeVLLM, caplog: pytest.L
     assert "cache lookup failed" in caplog.text and "cache update failed" in caplog.text
 
 
+class DictCache(ClassificationCache):
+    """A cache of one's own (the extension point :class:`ClassificationCache` documents), its
+    entries in plain sight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    def _get(self, keys: Any) -> dict[str, dict[str, Any]]:
+        return {k: self.entries[k] for k in keys if k in self.entries}
+
+    def _put(self, values: Any) -> None:
+        self.entries.update(values)
+
+    def _clear(self) -> None:
+        self.entries.clear()
+
+
 def test_a_corrupt_cache_entry_is_asked_again(fake: FakeVLLM) -> None:
-    cache = InMemoryCache()
+    cache = DictCache()
     classifier = make(fake, cache=cache)
     first = classifier.invoke("a text")
-    for key in list(cache._entries):
-        cache._entries[key] = {"label": 7}  # not a classification
+    for key in list(cache.entries):
+        cache.entries[key] = {"label": 7}  # not a classification
     assert classifier.invoke("a text") == first
 
 

@@ -1,11 +1,15 @@
 """ChatQwenFast without a server: langchain-tests' standard unit suite, and the reasoning and
-thinking rules on canned replies."""
+thinking rules, the errors and the retry rule on canned replies."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage
@@ -13,7 +17,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_openai import ChatOpenAI
 from langchain_tests.unit_tests import ChatModelUnitTests
 
-from langchain_qwen_fast import ChatQwenFast
+from langchain_qwen_fast import (
+    ChatQwenFast,
+    ConfigurationError,
+    QwenClassifier,
+    ServerConnectionError,
+    ServerStatusError,
+    ServerTimeoutError,
+    TransportError,
+)
 
 
 class TestChatQwenFastUnit(ChatModelUnitTests):
@@ -74,7 +86,7 @@ def canned_chat(content: str, reasoning: str | None = None, **kwargs: Any) -> tu
 def test_thinking_is_off_by_default_and_sent_as_template_kwargs() -> None:
     chat, sent = canned_chat("Paris")
     assert chat.invoke("Capital of France?").content == "Paris"
-    body = __import__("json").loads(sent[0].content)
+    body = json.loads(sent[0].content)
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert body.get("stream") in (None, False)
 
@@ -90,7 +102,7 @@ def test_reasoning_goes_to_reasoning_content_when_thinking_is_on() -> None:
     assert isinstance(message, AIMessage)
     assert message.content == "Paris"
     assert message.additional_kwargs["reasoning_content"] == "France's capital is Paris."
-    assert __import__("json").loads(sent[0].content)["chat_template_kwargs"] == {"enable_thinking": True}
+    assert json.loads(sent[0].content)["chat_template_kwargs"] == {"enable_thinking": True}
 
 
 def test_reasoning_is_split_on_our_side_without_a_server_parser() -> None:
@@ -126,8 +138,9 @@ def test_retry_rule_is_the_packages(status: int, retried: bool) -> None:
     chat = ChatQwenFast(
         base_url="http://chat.test/v1", http_client=httpx.Client(transport=httpx.MockTransport(handler)), max_retries=2
     )
-    with pytest.raises(Exception, match="no"):
+    with pytest.raises(ServerStatusError, match="no") as raised:
         chat.invoke("q")
+    assert raised.value.status_code == status
     assert len(calls) == (3 if retried else 1)
 
 
@@ -151,3 +164,126 @@ async def test_the_retrying_generation_hands_on_the_run_manager(monkeypatch: pyt
     assert chat.invoke("q").content == "Paris"
     assert (await chat.ainvoke("q")).content == "Paris"
     assert [type(m) for m in given] == [CallbackManagerForLLMRun, AsyncCallbackManagerForLLMRun]
+
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def chat_over(handler: Handler, base_url: str = "http://chat.test/v1", **kwargs: Any) -> ChatQwenFast:
+    """A chat model whose sync and async HTTP clients answer through ``handler``."""
+    return ChatQwenFast(
+        base_url=base_url,
+        http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+        **kwargs,
+    )
+
+
+def refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+
+async def collect(chat: ChatQwenFast, how: str) -> Any:
+    """Call ``chat`` the way ``how`` names."""
+    if how == "invoke":
+        return chat.invoke("q")
+    if how == "ainvoke":
+        return await chat.ainvoke("q")
+    if how == "batch":
+        return chat.batch(["q"])
+    if how == "abatch":
+        return await chat.abatch(["q"])
+    if how == "stream":
+        return list(chat.stream("q"))
+    return [chunk async for chunk in chat.astream("q")]
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "batch", "abatch", "stream", "astream"])
+async def test_an_unreachable_server_is_a_connection_error_naming_the_url(how: str) -> None:
+    chat = chat_over(refused, max_retries=0)
+    with pytest.raises(ServerConnectionError, match=re.escape("http://chat.test/v1/chat/completions")) as raised:
+        await collect(chat, how)
+    assert "Connection refused" in str(raised.value)
+    assert isinstance(raised.value.__cause__, openai.APIConnectionError)  # the SDK's, kept
+
+
+def test_a_timeout_is_a_server_timeout() -> None:
+    def stalled(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    with pytest.raises(ServerTimeoutError, match=r"chat\.test") as raised:
+        chat_over(stalled, max_retries=0).invoke("q")
+    assert isinstance(raised.value.__cause__, openai.APITimeoutError)
+
+
+def test_an_error_status_keeps_its_code_and_retry_after() -> None:
+    def busy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"error": {"message": "overloaded"}}, headers={"retry-after": "7"})
+
+    with pytest.raises(ServerStatusError, match=r"HTTP 503 .*overloaded") as raised:
+        chat_over(busy, max_retries=0).invoke("q")
+    assert raised.value.status_code == 503 and raised.value.retry_after == 7.0
+    assert isinstance(raised.value.__cause__, openai.APIStatusError)
+
+
+def test_a_404_under_a_base_url_without_v1_says_so() -> None:
+    def missing(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    with pytest.raises(ServerStatusError, match="does not end in /v1"):
+        chat_over(missing, base_url="http://chat.test").invoke("q")
+    with pytest.raises(ServerStatusError) as raised:
+        chat_over(missing).invoke("q")
+    assert "does not end in /v1" not in str(raised.value)  # no hint where /v1 is there
+
+
+def canned_response() -> httpx.Response:
+    message = {"role": "assistant", "content": "Paris"}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    return httpx.Response(200, json={"id": "c1", "object": "chat.completion", "created": 0, "choices": [choice]})
+
+
+def test_connection_errors_are_retried_by_the_packages_rule() -> None:
+    calls: list[int] = []
+
+    def refused_once(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        return canned_response()
+
+    assert chat_over(refused_once, max_retries=1).invoke("q").content == "Paris"
+    assert len(calls) == 2
+
+
+def test_batch_returns_the_packages_errors_in_place() -> None:
+    outputs = chat_over(refused, max_retries=0).batch(["q", "r"], return_exceptions=True)
+    assert all(isinstance(o, ServerConnectionError) for o in outputs)
+
+
+def test_any_other_sdk_error_is_a_transport_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def generate(self: Any, *args: Any, **kwargs: Any) -> ChatResult:
+        raise openai.OpenAIError("the SDK could not read the reply")
+
+    monkeypatch.setattr(ChatOpenAI, "_generate", generate)
+    with pytest.raises(TransportError, match="could not read the reply") as raised:
+        ChatQwenFast(base_url="http://chat.test/v1").invoke("q")
+    assert type(raised.value.__cause__) is openai.OpenAIError
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [({"retry_deadline": 0}, "retry_deadline"), ({"max_retries": -1}, "max_retries"), ({"n": 0}, "n")],
+)
+def test_bad_settings_are_configuration_errors(settings: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named) as raised:
+        ChatQwenFast(base_url="http://chat.test/v1", api_key="sk-never-shown", **settings)
+    assert "sk-never-shown" not in str(raised.value) and raised.value.__cause__ is None
+
+
+def test_the_defaults_are_the_classifiers() -> None:
+    chat = ChatQwenFast(base_url="http://chat.test/v1")
+    classifier = QwenClassifier(labels=["a", "b"], base_url="http://chat.test/v1")
+    assert chat.request_timeout == classifier.timeout
+    assert chat.root_client.timeout == classifier.timeout  # what each request is sent with
+    assert chat.retry_deadline == classifier.retry_deadline

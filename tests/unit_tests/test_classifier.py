@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import itertools
 import math
+import pickle
 import time
 from typing import Any
 
 import httpx
+import pydantic
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.prompts import ChatPromptTemplate
@@ -25,6 +29,8 @@ from langchain_qwen_fast import (
     ServerTimeoutError,
 )
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
+from langchain_qwen_fast._core.settings import EngineSettings
+from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from tests.support.fake_vllm import FakeVLLM, logit, raw, reset, softmax, status, timeout, toy_tokenize
 
@@ -76,21 +82,17 @@ def test_setup_learns_label_tokens_and_budget_from_the_server(fake: FakeVLLM) ->
     assert plan.answer_token_ids == tuple(toy_tokenize(label)[0] for label in LABELS)
     assert plan.overhead_tokens == len(toy_tokenize(plan.head + PROMPT_SUFFIX))
     assert plan.max_model_len == 512 and plan.has_logprob_token_ids
-    # models, one /tokenize per label and the end token, the head and tail counts, one probe
-    assert [r.path for r in fake.requests][:1] == ["/v1/models"]
-    assert len(fake.calls("/tokenize")) == len(LABELS) + 1 + 2
-    assert len(fake.calls("/v1/completions")) == 1
-    classifier.prepare()
-    assert len(fake.requests) == 1 + len(LABELS) + 1 + 2 + 1  # done once
+    sent = len(fake.requests)
+    assert classifier.prepare() == plan and len(fake.requests) == sent  # learnt once, then kept
 
 
 async def test_async_setup_matches_sync(fake: FakeVLLM) -> None:
     assert await make(fake).aprepare() == make(FakeVLLM()).prepare()
 
 
-def test_model_not_served_is_a_clear_error(fake: FakeVLLM) -> None:
+def test_model_not_served_is_a_configuration_error_naming_the_served_ones(fake: FakeVLLM) -> None:
     classifier = make(fake, model="qwen3-typo")
-    with pytest.raises(QwenFastError, match=r"'qwen3-typo' is not served .* serves \['qwen3'\]"):
+    with pytest.raises(ConfigurationError, match=r"'qwen3-typo' is not served .* serves \['qwen3'\]"):
         classifier.invoke("text")
 
 
@@ -106,10 +108,6 @@ def test_labels_sharing_first_tokens_are_scored_as_token_sequences(fake: FakeVLL
     assert result.scoring == "label_sequences" and result.scores is not None
     assert [result.scores[x] for x in labels] == pytest.approx(want)
     assert result.label == labels[want.index(max(want))]
-    # one request per trie node for the text, each limited to that node's next tokens
-    asked = [r.body for r in fake.calls("/v1/completions")[1:]]
-    assert sorted(len(b["logprob_token_ids"]) for b in asked) == [1, 1, 2, 3]
-    assert any(b["prompt"][0].endswith(PROMPT_SUFFIX + "Sci/") for b in asked)
 
 
 def test_many_labels_have_no_cap(fake: FakeVLLM) -> None:
@@ -496,7 +494,7 @@ def test_temperature_scales_scores_keeps_the_label_and_changes_abstention(fake: 
 def test_temperature_is_saved_and_must_be_positive(fake: FakeVLLM, tmp_path: Any) -> None:
     path = make(fake, temperature=0.7).save(tmp_path / "c.json")
     assert QwenClassifier.load(path, http_transport=fake.transport).temperature == 0.7
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(ConfigurationError, match="temperature"):
         make(fake, temperature=0)
 
 
@@ -518,14 +516,13 @@ def single_prompts(fake: FakeVLLM, path: str = "/v1/completions") -> list[Any]:
 
 def test_setup_learns_that_the_server_takes_one_prompt_a_request() -> None:
     fake = FakeVLLM(takes_prompt_lists=False)
-    plan = make(fake).prepare()
+    classifier = make(fake)
+    plan = classifier.prepare()
     assert not plan.takes_prompt_lists and plan.has_logprob_token_ids
-    # the probe as a list is refused (400), the same prompt alone is answered
-    probes = [r.body["prompt"] for r in fake.calls("/v1/completions")]
-    assert len(probes) == 2 and isinstance(probes[0], list) and probes[1] == probes[0][0]
-    listed = FakeVLLM()
-    assert make(listed).prepare().takes_prompt_lists
-    assert len(listed.calls("/v1/completions")) == 1  # one probe, no second one
+    listed = make(FakeVLLM())
+    assert listed.prepare().takes_prompt_lists
+    texts = headlines(5)
+    assert classifier.batch(texts) == listed.batch(texts)  # the refused list cost no result
 
 
 @pytest.mark.parametrize(
@@ -767,3 +764,80 @@ async def test_a_failed_setup_is_shared_by_its_waiters_then_tried_again_after_a_
     fake.faults["/v1/models"].clear()
     assert (await classifier.ainvoke("Stocks rally")).label in LABELS  # tried again, and it worked
     assert len(fake.calls("/v1/models")) == 2
+
+
+# -- settings, copies and LangChain's own arguments -----------------------------------------
+def test_every_engine_setting_of_the_classifiers_name_reaches_the_engine(fake: FakeVLLM) -> None:
+    given = {"timeout": 7.0, "max_retries": 1, "retry_deadline": 9.0, "batch_size": 9, "max_concurrency": 5}
+    classifier = make(fake, mode="head", api_key="k", **given)
+    settings = classifier.engine.settings
+    shared = {f.name for f in dataclasses.fields(EngineSettings)} & set(QwenClassifier.model_fields) - {"api_key"}
+    assert shared >= {*given, "model", "mode", "tokenizer_path", "client_processes", "cache", "http_transport"}
+    assert all(getattr(settings, name) == getattr(classifier, name) for name in shared)
+    assert settings.api_key == "k" and settings.base_urls == (URL,)
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [({"timeout": 0}, "timeout"), ({"batch_size": 0}, "batch_size"), ({"mode": "other"}, "mode")],
+)
+def test_bad_settings_are_configuration_errors_naming_the_field(
+    fake: FakeVLLM, settings: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=rf"^{field}: ") as info:
+        make(fake, **settings)
+    assert isinstance(info.value.__cause__, pydantic.ValidationError)
+
+
+def test_a_bad_api_key_is_refused_without_showing_it(fake: FakeVLLM) -> None:
+    with pytest.raises(ConfigurationError, match="api_key") as info:
+        make(fake, api_key=12345)
+    assert "12345" not in str(info.value)
+
+
+def test_a_copy_behaves_as_its_fields_say(fake: FakeVLLM) -> None:
+    classifier = make(fake)
+    assert not classifier.invoke("anything at all").abstained
+    strict = classifier.model_copy(update={"abstain_below": 0.99})
+    assert strict.abstain_below == 0.99 and strict.invoke("anything at all").abstained
+    other = FakeVLLM()
+    moved = classifier.model_copy(update={"http_transport": other.transport})
+    moved.invoke("x")
+    assert other.calls("/v1/completions")
+    with pytest.raises(ConfigurationError, match="abstain_belw"):
+        classifier.model_copy(update={"abstain_belw": 0.5})
+
+
+def test_deepcopy_and_pickle_give_working_classifiers(fake: FakeVLLM) -> None:
+    classifier = make(fake, labels={"Sports": ["Football", "Tennis"], "Business": ["Markets", "Deals"]})
+    deep = copy.deepcopy(classifier)
+    assert deep.http_transport is classifier.http_transport  # the caller's objects are shared
+    assert deep.invoke("Cup final") == classifier.invoke("Cup final")
+    plain = QwenClassifier(labels=LABELS, base_url=URL, api_key="k", threshold=0.3)
+    back = pickle.loads(pickle.dumps(plain))
+    assert back.model_dump() == plain.model_dump() and back.api_key == plain.api_key
+    assert back.engine is not plain.engine
+
+
+def test_pickling_with_an_object_that_cannot_be_pickled_names_it(fake: FakeVLLM) -> None:
+    with pytest.raises(ConfigurationError, match=r"its http_transport \(MockTransport\) cannot"):
+        pickle.dumps(make(fake))
+
+
+def test_as_tool_honours_name_and_description_and_refuses_the_rest(fake: FakeVLLM) -> None:
+    tool = make(fake).as_tool(name="news_topic", description="The news topic of a text.")
+    assert (tool.name, tool.description) == ("news_topic", "The news topic of a text.")
+    assert tool.invoke({"text": "Stocks rally"})["label"] in LABELS
+    for argument in ({"args_schema": dict}, {"arg_types": {"text": str}}, {"return_direct": True}):
+        with pytest.raises(ConfigurationError, match=f"cannot honour {next(iter(argument))}"):
+            make(fake).as_tool(**argument)
+
+
+def test_as_router_can_send_outages_to_the_default_branch(fake: FakeVLLM) -> None:
+    fake.down_hosts.add("vllm.test")
+    routes = {label: (lambda x, label=label: label) for label in LABELS}
+    raising = make(fake, max_retries=0).as_router(routes, default=lambda x: "default")
+    with pytest.raises(ServerConnectionError, match=r"could not connect to http://vllm\.test/v1/models"):
+        raising.invoke("Stocks rally")
+    routed = make(fake, max_retries=0).as_router(routes, default=lambda x: "default", outages_to_default=True)
+    assert routed.invoke("Stocks rally") == "default"

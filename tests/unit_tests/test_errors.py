@@ -64,14 +64,18 @@ class Raises(ast.NodeVisitor):
     def __init__(self) -> None:
         self.scopes: list[set[str]] = []
         self.in_module_getattr = False
+        self.factories: list[str] = []
         self.found: list[tuple[ast.Raise, set[str], bool]] = []
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         outer = self.in_module_getattr
-        if not self.scopes and node.name == "__getattr__":
+        # A module's own __getattr__, or the one _extras.lazy_exports makes for a module.
+        if node.name == "__getattr__" and (not self.scopes or self.factories[-1:] == ["lazy_exports"]):
             self.in_module_getattr = True
         self.scopes.append(local_names(node))
+        self.factories.append(node.name)
         self.generic_visit(node)
+        self.factories.pop()
         self.scopes.pop()
         self.in_module_getattr = outer
 
@@ -159,7 +163,9 @@ def violations(tree: ast.Module, namespace: dict[str, Any], *, in_cli: bool) -> 
                 continue
             if in_cli and inspect.isclass(cls) and issubclass(cls, CLI_ALLOWED):
                 continue
-            if getattr(cls, "__name__", None) == "HTTPException" and "fastapi" in getattr(cls, "__module__", ""):
+            if getattr(cls, "__name__", None) == "HTTPException" and getattr(cls, "__module__", "").startswith(
+                ("fastapi", "starlette")
+            ):
                 continue  # an HTTP answer of the service, made by FastAPI
             if inspect.isclass(cls) and issubclass(cls, httpx.TimeoutException):
                 continue  # an httpx transport's timeout, which the core types as ServerTimeoutError

@@ -23,6 +23,7 @@ TOP_LEVEL = [
     "Classification",
     "ClassifierInput",
     "ClassifierRouter",
+    "ConfigurationError",
     "ContextLengthError",
     "InvalidInputError",
     "LabelParseError",
@@ -88,6 +89,13 @@ def test_top_level_all_is_pinned_and_sorted() -> None:
 @pytest.mark.parametrize("name", TOP_LEVEL)
 def test_each_top_level_name_resolves(name: str) -> None:
     assert getattr(langchain_qwen_fast, name) is not None
+
+
+def test_the_errors_users_catch_are_the_error_modules_own() -> None:
+    from langchain_qwen_fast import errors
+
+    for name in [n for n in TOP_LEVEL if n.endswith("Error")]:
+        assert getattr(langchain_qwen_fast, name) is getattr(errors, name)
 
 
 def test_an_unknown_top_level_name_is_an_attribute_error() -> None:

@@ -1,4 +1,5 @@
-"""The router's bookkeeping, the tool and the LangGraph edge, over a stand-in classifier."""
+"""The router's bookkeeping and failure rule, the tool and the LangGraph edge, over a stand-in
+classifier."""
 
 from __future__ import annotations
 
@@ -7,17 +8,34 @@ from typing import Any
 import pytest
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
-from langchain_qwen_fast import Classification, ClassifierRouter, InvalidInputError, classifier_tool, label_edge
+from langchain_qwen_fast import (
+    Classification,
+    ClassifierRouter,
+    InvalidInputError,
+    LabelParseError,
+    ServerConnectionError,
+    ServerStatusError,
+    classifier_tool,
+    label_edge,
+)
 from langchain_qwen_fast.classification import text_of
+from langchain_qwen_fast.routing import classifier_router
 
 LABELS = ["World", "Sports", "Business"]
 
 
 class StandIn:
-    """Labels by keyword."""
+    """Labels by keyword; ``outage`` fails as an unreachable server would, ``garbled`` and
+    ``refused`` as an input the model or the server cannot take."""
 
     def classify(self, value: Any) -> Classification:
         text = text_of(value)
+        if "outage" in text:
+            raise ServerConnectionError("talking to the server at http://127.0.0.1:1/v1/completions failed")
+        if "garbled" in text:
+            raise LabelParseError("the reply names no label", reply="???")
+        if "refused" in text:
+            raise ServerStatusError("server answered HTTP 422", status_code=422)
         if "unsure" in text:
             return Classification(label=None, abstained=True, scores={k: 1 / 3 for k in LABELS}, scoring="head")
         label = next((k for k in LABELS if k.lower() in text.lower()), "World")
@@ -147,3 +165,89 @@ def test_multi_label_router_sends_one_input_to_every_chosen_labels_branch() -> N
     assert set(both) == {"Sports", "Business"} and both["Sports"][0] == "sports" and both["Business"][0] == "business"
     assert list(none) == ["default"] and none["default"][0] == "general"
     assert list(one) == ["Sports"]
+
+
+def recording_router(*, outages_to_default: bool = False) -> tuple[ClassifierRouter, list[tuple[Any, dict[str, Any]]]]:
+    """A router whose branches record what they are handed: (input, metadata) per run."""
+    handed: list[tuple[Any, dict[str, Any]]] = []
+
+    def record(name: str) -> RunnableLambda:
+        def run(value: Any, config: RunnableConfig) -> str:
+            handed.append((value, dict(config.get("metadata", {}))))
+            return name
+
+        return RunnableLambda(run)
+
+    router = classifier_router(
+        RunnableLambda(StandIn().classify),
+        LABELS,
+        {"Sports": record("sports")},
+        record("default"),
+        outages_to_default=outages_to_default,
+    )
+    return router, handed
+
+
+@pytest.mark.parametrize("text", ["", "garbled reply", "refused text"])
+def test_an_input_error_goes_to_default_with_its_reason(text: str) -> None:
+    router, handed = recording_router()
+    assert router.invoke(text) == "default"
+    assert handed[0][0] == text and handed[0][1]["route_label"] is None and handed[0][1]["route_error"]
+
+
+def test_an_outage_is_raised_not_routed() -> None:
+    router, handed = recording_router()
+    with pytest.raises(ServerConnectionError, match=r"127\.0\.0\.1:1"):
+        router.invoke("outage")
+    with pytest.raises(ServerConnectionError):
+        router.batch(["Sports a", "outage", "World b"])
+    assert handed == []  # the batch failed before any branch ran
+
+
+async def test_an_outage_is_raised_by_the_async_router_too() -> None:
+    router, handed = recording_router()
+    with pytest.raises(ServerConnectionError):
+        await router.ainvoke("outage")
+    with pytest.raises(ServerConnectionError):
+        await router.abatch(["Sports a", "outage"])
+    assert handed == []
+
+
+async def test_return_exceptions_keeps_an_outage_in_its_place() -> None:
+    router, _ = recording_router()
+    outputs = router.batch(["Sports a", "outage", "", "World b"], return_exceptions=True)
+    assert outputs[0] == "sports" and outputs[2:] == ["default", "default"]
+    assert isinstance(outputs[1], ServerConnectionError)
+    aoutputs = await router.abatch(["Sports a", "outage", "", "World b"], return_exceptions=True)
+    assert aoutputs[0] == "sports" and isinstance(aoutputs[1], ServerConnectionError)
+
+
+def test_outages_to_default_routes_an_outage_to_default_with_its_reason() -> None:
+    router, handed = recording_router(outages_to_default=True)
+    assert router.batch(["outage", "Sports a"]) == ["default", "sports"]
+    value, metadata = handed[0]
+    assert value == "outage" and metadata["route_label"] is None
+    assert metadata["route_error"].startswith("ServerConnectionError: ") and "127.0.0.1:1" in metadata["route_error"]
+
+
+def test_the_branches_get_the_input_as_given() -> None:
+    router, handed = recording_router()
+    routed = {"text": "Sports final", "id": 7}
+    unreadable = {"title": "Sports final", "id": 8}  # no "text": the input's own error
+    assert router.batch([routed, unreadable]) == ["sports", "default"]
+    assert handed[0][0] == routed and handed[1][0] == unreadable
+    assert "'text'" in handed[1][1]["route_error"]
+
+
+async def test_label_edge_follows_the_routers_rule() -> None:
+    edge = label_edge(RunnableLambda(StandIn().classify), {"Sports": "sports_node"}, default="triage")
+    assert edge.invoke({"text": "garbled"}) == "triage"
+    with pytest.raises(ServerConnectionError):
+        edge.invoke({"text": "outage"})
+    with pytest.raises(ServerConnectionError):
+        await edge.ainvoke({"text": "outage"})
+    lenient = label_edge(
+        RunnableLambda(StandIn().classify), {"Sports": "sports_node"}, default="triage", outages_to_default=True
+    )
+    assert lenient.invoke({"text": "outage"}) == "triage"
+    assert await lenient.ainvoke({"text": "outage"}) == "triage"

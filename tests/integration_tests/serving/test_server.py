@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from langchain_qwen_fast.serving import launcher
 from langchain_qwen_fast.serving.launcher import ServerStartError, VLLMServer
+from langchain_qwen_fast.serving.process_group import spawn_in_own_group
 
 
 def group_alive(pid: int) -> bool:
@@ -45,14 +46,17 @@ def test_server_binds_loopback_and_stops_its_whole_group(server_url: str) -> Non
         assert flag in command
 
 
-def test_stop_kills_the_process_group(tiny_model: Path, tmp_path: Path) -> None:
+def test_stop_kills_the_process_group(tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A short-lived stand-in process group proves stop() reaps children, without a second
-    # vLLM start-up: the launcher's stop() only needs a process it started.
+    # vLLM start-up: the launcher's stop() only needs a process it spawned.
     server = VLLMServer(tiny_model, profile="cpu", log_path=tmp_path / "log")
     child = "import time; time.sleep(300)"
     parent = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(300)"
-    server._process = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
-    pid = server._process.pid
+    stand_in = [sys.executable, "-c", parent]
+    monkeypatch.setattr(launcher, "spawn_in_own_group", lambda command, log, env: spawn_in_own_group(stand_in, log))
+    server.spawn()
+    pid = server.pid
+    assert pid is not None
     assert group_alive(pid)
     server.stop()
     assert not group_alive(pid)

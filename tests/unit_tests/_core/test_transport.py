@@ -20,13 +20,17 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
+from langchain_qwen_fast._core.replicas import Replicas
 from langchain_qwen_fast._core.transport import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_DEADLINE,
+    DEFAULT_TIMEOUT,
     AiohttpStack,
     HttpxStack,
-    Replicas,
     RetryBudget,
     RetryPolicy,
     Transport,
+    TransportSettings,
     adrive,
     drive,
     parse_retry_after,
@@ -34,7 +38,7 @@ from langchain_qwen_fast._core.transport import (
 from langchain_qwen_fast.errors import ConfigurationError, is_retryable_status
 from tests.support.fake_vllm import FakeVLLM, UnixServer, raw, reset, status, timeout
 
-FAST = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002, deadline=5)
+FAST = RetryPolicy(max_attempts=3, deadline=5)
 
 
 def transport(handler: Any, urls: Any = "http://t.test/v1", **kwargs: Any) -> Transport:
@@ -177,12 +181,50 @@ def test_root_routes_hang_off_the_server_root() -> None:
     assert urls == ["http://t.test/tokenize", "http://t.test/v1/completions"]
 
 
-def test_connection_errors_run_out_into_a_typed_error() -> None:
+def test_connection_errors_run_out_into_a_typed_error_naming_the_url() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
 
-    with pytest.raises(ServerConnectionError, match="ConnectError"):
+    with pytest.raises(ServerConnectionError, match=r"could not connect to http://t\.test/v1/models: ConnectError"):
         transport(handler).request("GET", "models")
+
+
+def test_a_connection_error_never_shows_credentials_in_the_url() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(ServerConnectionError) as info:
+        transport(handler, "http://user:sk-secret@t.test/v1").request("GET", "models")
+    assert "sk-secret" not in str(info.value) and "http://t.test/v1/models" in str(info.value)
+
+
+def test_a_timeout_names_the_url_and_the_timeout() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    with pytest.raises(ServerTimeoutError, match=r"no answer from http://t\.test/v1/models within the timeout of 5 s"):
+        transport(handler).request("GET", "models")
+
+
+@pytest.mark.parametrize(("base", "hinted"), [("http://t.test:8000", True), ("http://t.test:8000/v1", False)])
+def test_a_404_under_a_base_url_without_v1_says_so(base: str, hinted: bool) -> None:
+    t = transport(lambda request: httpx.Response(404, json={"detail": "Not Found"}), base)
+    with pytest.raises(ServerStatusError) as info:
+        t.request("GET", "models")
+    assert info.value.status_code == 404
+    assert (
+        "the base URL http://t.test:8000 has no /v1; vLLM serves the OpenAI API under /v1" in str(info.value)
+    ) is hinted
+    with pytest.raises(ServerStatusError) as root:  # a server route hangs off the root either way
+        t.request("POST", "/tokenize", {})
+    assert "has no /v1" not in str(root.value)
+
+
+def test_a_transport_from_settings_takes_the_shared_defaults() -> None:
+    t = Transport.from_settings(TransportSettings(base_urls=("http://t.test/v1/",), api_key="k"))
+    assert t.base_urls == ["http://t.test/v1"] and t.timeout == DEFAULT_TIMEOUT
+    assert t.retry == RetryPolicy(max_attempts=DEFAULT_MAX_RETRIES + 1, deadline=DEFAULT_RETRY_DEADLINE)
+    assert t.wire.headers["authorization"] == "Bearer k"
 
 
 def test_one_procedure_drives_sync_and_async() -> None:
@@ -218,7 +260,7 @@ async def test_a_body_given_as_a_function_is_built_once_off_the_event_loop() -> 
         return {"prompt": [[1, 2, 3]]}
 
     t = transport(handler)
-    assert await t.arequest("POST", "completions", body) == {"ok": True}
+    assert await t.arequest_all([("POST", "completions", body)], 1) == [{"ok": True}]
     assert len(built) == 1 and built[0] != threading.get_ident()  # once, in a worker thread
     assert attempts == [b'{"prompt":[[1,2,3]]}'] * 2  # the retry re-sent the same bytes
     assert t.request("POST", "completions", body) == {"ok": True} and len(built) == 2
@@ -431,10 +473,10 @@ def test_a_transport_of_one_kind_refuses_the_other_kind_of_call_instead_of_reach
     async_only = Transport(["http://nowhere.test/v1"], api_key=None, timeout=5, retry=FAST, http_transport=_AsyncOnly())
     with pytest.raises(ConfigurationError, match="serves async calls only"):
         async_only.request("GET", "/models")
-    assert asyncio.run(async_only.arequest("GET", "/models")) == {"data": []}
+    assert asyncio.run(async_only.arequest_all([("GET", "/models", None)], 1)) == [{"data": []}]
     blocking = Transport(
         ["http://nowhere.test/v1"], api_key=None, timeout=5, retry=FAST, http_transport=_BlockingOnly()
     )
-    with pytest.raises(ConfigurationError, match="serves blocking calls only"):
-        asyncio.run(blocking.arequest("GET", "/models"))
+    (refused,) = asyncio.run(blocking.arequest_all([("GET", "/models", None)], 1))
+    assert isinstance(refused, ConfigurationError) and "serves blocking calls only" in str(refused)
     assert blocking.request("GET", "/models") == {"data": []}

@@ -125,13 +125,13 @@ def test_an_interrupted_job_resumes_from_its_committed_chunks(fake: FakeVLLM, tm
     with pytest.raises(Killed):
         classify_table(options(source, out, chunks_in_flight=2), classifier(dying_after(fake, 20)))
     folder = work_folder(out)
-    committed = WorkFolder(out, "csv").parts()
+    committed = WorkFolder(out, "csv").chunks()
     assert committed and not out.exists()
     # a kill in the middle of a commit leaves a temporary file or a digest without its rows
     (folder / ".tmp-000000000350.csv").write_text("half a chunk")
     (folder / "000000000350.digest.json").write_text('{"rows": 50}')
     report = classify_table(options(source, out, chunks_in_flight=2), classifier(fake.transport))
-    assert report.resumed_rows == sum(p.rows for p in committed) > 0
+    assert report.resumed_rows == sum(chunk.rows for chunk in committed) > 0
     assert report.resumed_rows + report.classified_rows == 400 == report.rows
     assert read_csv(out) == read_csv(whole)
     assert (
@@ -172,7 +172,7 @@ def test_a_changed_input_is_refused(fake: FakeVLLM, tmp_path: Path) -> None:
     out = tmp_path / "out.csv"
     with pytest.raises(Killed):
         classify_table(options(source, out), classifier(dying_after(fake, 10)))
-    assert WorkFolder(out, "csv").parts()
+    assert WorkFolder(out, "csv").chunks()
     write_csv(source, [texts[0].upper(), *texts[1:]])
     with pytest.raises(ConfigurationError, match=r"its row 1 \(line 2\) differs"):
         classify_table(options(source, out), classifier(fake.transport))

@@ -136,7 +136,7 @@ def test_a_restart_over_another_input_is_refused_naming_the_first_differing_row(
     transport, _ = failing_after(fake, 6, fake_vllm.status(503))
     with pytest.raises(InfrastructureFailure):
         classify_table(options(source, out, chunks_in_flight=1), classifier(transport))
-    done = sum(part.rows for part in WorkFolder(out, "csv").parts())
+    done = sum(chunk.rows for chunk in WorkFolder(out, "csv").chunks())
     assert 25 <= done < 300
     changed = list(texts)
     changed[17] += " (corrected)"
@@ -146,7 +146,7 @@ def test_a_restart_over_another_input_is_refused_naming_the_first_differing_row(
     write_csv(source, texts[: done - 1])
     with pytest.raises(ConfigurationError, match=f"has {done - 1} rows, fewer than the {done}"):
         classify_table(options(source, out), classifier(fake.transport))
-    assert WorkFolder(out, "csv").parts()  # refusing keeps what was done
+    assert WorkFolder(out, "csv").chunks()  # refusing keeps what was done
     # Rows after the finished chunks may differ (and the file may move): those are read now.
     later = list(texts)
     later[done + 3] = "A row that was not read before"
@@ -163,11 +163,11 @@ def test_a_last_line_that_gains_a_line_break_is_the_same_row(
     source = tmp_path / "in.jsonl"
     lines = [json.dumps({"text": t}) for t in texts]
     source.write_text("\n".join(lines[:50]))  # no line break after the last row
-    monkeypatch.setattr(job_module._Job, "_finish", _killed)
+    monkeypatch.setattr(job_module, "join_parts", _killed)
     out = tmp_path / "out.jsonl"
     with pytest.raises(Killed):
         classify_table(options(source, out, chunk_rows=50), classifier(_dying(fake.transport, 10**6)))
-    assert sum(part.rows for part in WorkFolder(out, "jsonl").parts()) == 50
+    assert sum(chunk.rows for chunk in WorkFolder(out, "jsonl").chunks()) == 50
     monkeypatch.undo()
     source.write_text("\n".join(lines) + "\n")  # appended to
     report = classify_table(options(source, out), classifier(fake.transport))
@@ -202,7 +202,7 @@ def test_a_restart_from_stdin_with_another_stream_is_refused(
     transport, _ = failing_after(fake, 5, fake_vllm.reset())
     with pytest.raises(InfrastructureFailure):
         classify_table(options("-", out, **given), classifier(transport))
-    done = sum(part.rows for part in WorkFolder(out, "csv").parts())
+    done = sum(chunk.rows for chunk in WorkFolder(out, "csv").chunks())
     assert done >= 25
     other = list(texts)
     other[done - 1] = "another stream's row"
@@ -227,7 +227,7 @@ def test_a_restart_over_other_parquet_values_is_refused(fake: FakeVLLM, tmp_path
     transport, _ = failing_after(fake, 4, fake_vllm.status(502))
     with pytest.raises(InfrastructureFailure):
         classify_table(options(source, out, chunks_in_flight=1), classifier(transport))
-    assert WorkFolder(out, "parquet").parts()
+    assert WorkFolder(out, "parquet").chunks()
     rows[3]["score"] = 7.0  # another number, the text the same
     pq.write_table(pa.Table.from_pylist(rows), source)
     with pytest.raises(ConfigurationError, match=r"its row 4 \(row 4\) differs"):
@@ -262,13 +262,13 @@ def test_errors_of_the_servers_stop_the_job_and_a_rerun_has_every_row_once_witho
         classify_table(options(source, out, chunks_in_flight=2), classifier(transport))
     assert stopped.value.exit_code == 3 and "Run the same command again" in str(stopped.value)
     assert not out.exists()
-    parts = WorkFolder(out, "csv").parts()
-    assert parts, "the chunks finished before the outage are kept"
-    written = [row for part in parts for row in read_csv_part(part.path)]
+    chunks = WorkFolder(out, "csv").chunks()
+    assert chunks, "the chunks finished before the outage are kept"
+    written = [row for chunk in chunks for row in read_csv_part(chunk.part_path)]
     assert all(not row[-1] or "InvalidInputError" in row[-1] for row in written)  # no row holds the outage
     state["on"] = False  # the outage is over
     report = classify_table(options(source, out, chunks_in_flight=2), classifier(transport))
-    assert report.resumed_rows == sum(p.rows for p in parts) and report.rows == 240
+    assert report.resumed_rows == sum(chunk.rows for chunk in chunks) and report.rows == 240
     assert read_csv(out) == read_csv(whole)
     assert report.errors == 1 and report.error_kinds == {"InvalidInputError": 1}
 
@@ -297,7 +297,7 @@ def test_a_job_with_nothing_left_needs_no_server(
     source = write_csv(tmp_path / "in.csv", headlines(50))
     out = tmp_path / "out.csv"
     with monkeypatch.context() as patched:
-        patched.setattr(job_module._Job, "_finish", _killed)
+        patched.setattr(job_module, "join_parts", _killed)
         with pytest.raises(Killed):
             classify_table(options(source, out, chunk_rows=50), classifier(fake.transport))
     down = FakeVLLM(down_hosts={"vllm.test"})
@@ -305,8 +305,8 @@ def test_a_job_with_nothing_left_needs_no_server(
     assert report.resumed_rows == 50 and report.classified_rows == 0 and not down.requests
 
 
-def _killed(self: Any, *args: Any) -> Any:
-    """A job's end, killed before the parts are joined."""
+def _killed(*args: Any) -> Any:
+    """A job's end, killed as the parts are joined into the output."""
     raise Killed
 
 
@@ -392,7 +392,7 @@ def test_max_error_rate_stops_over_the_rows_read_so_far_and_a_higher_one_carries
                        r"--max-error-rate 0\.1") as stopped:  # fmt: skip
         classify_table(options(source, out, max_error_rate=0.1, **given), classifier(fake.transport))
     assert "the 50 rows finished before are kept" in str(stopped.value)
-    assert sum(p.rows for p in WorkFolder(out, "csv").parts()) == 50
+    assert sum(chunk.rows for chunk in WorkFolder(out, "csv").chunks()) == 50
     # the rate counts the rows resumed too: 10 of 75 is under 0.15 (10 of this run's 25 is not)
     report = classify_table(options(source, out, max_error_rate=0.15, **given), classifier(fake.transport))
     assert report.resumed_rows == 50 and report.errors == 10 and report.rows == 150

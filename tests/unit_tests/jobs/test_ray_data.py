@@ -34,9 +34,10 @@ from langchain_qwen_fast.jobs.ray_job import (
     result_of,
 )
 from langchain_qwen_fast.jobs.ray_read import PROBLEM_COLUMN, ROW_ID_COLUMN, row_id, rows_table
+from langchain_qwen_fast.jobs.readers import table_reader
 from langchain_qwen_fast.jobs.review import ReviewOptions
 from langchain_qwen_fast.jobs.summary import Counts
-from langchain_qwen_fast.jobs.tables import InputRow, TableReader, TextSource
+from langchain_qwen_fast.jobs.tables import InputRow, TextSource
 from langchain_qwen_fast.testing.samples import headlines
 from tests.support.fake_vllm import FakeVLLM, status
 
@@ -157,7 +158,7 @@ def test_row_ids_come_from_the_file_and_the_place_and_fit_signed_64_bits() -> No
 
 def test_a_jsonl_stream_keeps_strings_and_a_bad_line_in_its_place() -> None:
     lines = b'{"text": "007", "n": 1}\n{"text": "b", "n": "x"}\nnot json\n\n{"text": "\xff\xfe"}\n'
-    reader = TableReader("s3://bucket/a.jsonl", "jsonl", TextSource(), stream=io.BufferedReader(io.BytesIO(lines)))
+    reader = table_reader("s3://bucket/a.jsonl", "jsonl", TextSource(), stream=io.BufferedReader(io.BytesIO(lines)))
     rows = list(reader.rows())
     table = rows_table(rows, reader.columns or [], "s3://bucket/a.jsonl", 0)
     got = table.to_pylist()

@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
-from langchain_qwen_fast.jobs.tables import STDIN, Layout, TableReader, TextSource, format_of, join_parts, write_part
+from langchain_qwen_fast.jobs.readers import TableReader, is_ag_news_row, table_reader
+from langchain_qwen_fast.jobs.tables import STDIN, TextSource, format_of
+from langchain_qwen_fast.jobs.writers import OutputTable, join_parts, write_part
 
 ADDED = ["label", "labels", "p_A", "p_B", "abstained", "error"]
 
 
 def rows_of(path: Path, kind: str, column: str = "text") -> tuple[TableReader, list[Any]]:
-    reader = TableReader(str(path), kind, TextSource(column), scan_keys=True)  # type: ignore[arg-type]
+    reader = table_reader(str(path), kind, TextSource(column), scan_keys=True)  # type: ignore[arg-type]
     reader.count()
     return reader, list(reader.rows())
 
@@ -45,7 +47,7 @@ def test_format_from_the_name_or_the_flag() -> None:
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
 def test_parts_join_into_one_table_that_reads_back(tmp_path: Path, kind: str) -> None:
-    layout = Layout(kind, ["id", "text"], ADDED, True)  # type: ignore[arg-type]
+    table = OutputTable(kind, ["id", "text"], ADDED)  # type: ignore[arg-type]
     rows = [
         {"id": str(i), "text": f"text, \"quoted\" {i}\nsecond line", "label": "A", "labels": ["A", "B"][: i % 3],
          "p_A": 0.25 * (i % 4), "p_B": None, "abstained": i == 2, "error": None if i % 2 else "InvalidInputError: x"}
@@ -54,9 +56,9 @@ def test_parts_join_into_one_table_that_reads_back(tmp_path: Path, kind: str) ->
     parts = []
     for k, start in enumerate(range(0, 7, 3)):
         parts.append(tmp_path / f"part{k}.{kind}")
-        write_part(parts[-1], layout, rows[start : start + 3])
+        write_part(parts[-1], table, rows[start : start + 3])
     target = tmp_path / f"out.{kind}"
-    join_parts(target, layout, parts)
+    join_parts(target, table, parts)
     back = read_back(target, kind)
     assert [r["text"] for r in back] == [r["text"] for r in rows]
     if kind == "csv":  # text cells; labels joined with "|", booleans as true/false, None empty
@@ -106,6 +108,12 @@ def test_csv_title_and_description_and_ag_news_layout(tmp_path: Path) -> None:
     reader, rows = rows_of(ag, "csv")
     assert reader.columns == ["class", "title", "description"] and reader.count() == 2
     assert [r.text for r in rows] == ["Oil giant. reports profit", "Holders. through"]
+    assert is_ag_news_row(["3", "Oil giant", "reports profit"]) and not is_ag_news_row(["class", "title"])
+    # a file with a header of those names is read by its header, as any other
+    named = tmp_path / "named.csv"
+    named.write_text("class,title,description\n3,Oil giant,reports profit\n")
+    reader, rows = rows_of(named, "csv", "title")
+    assert reader.count() == 1 and [r.text for r in rows] == ["Oil giant"]
 
 
 def test_csv_without_the_text_column_is_refused_naming_it(tmp_path: Path) -> None:
@@ -147,8 +155,8 @@ def test_parquet_keeps_its_types(tmp_path: Path) -> None:
     pq.write_table(pa.table({"id": [1, 2], "text": ["a", None], "score": [0.5, 1.5]}), path)
     reader, rows = rows_of(path, "parquet")
     assert reader.count() == 2 and [r.text for r in rows] == ["a", None]
-    layout = Layout("parquet", reader.columns or [], ["label", "error"], False, reader.arrow_schema)
-    schema = layout.schema()
+    table = OutputTable("parquet", reader.columns or [], ["label", "error"], reader.arrow_schema)
+    schema = table.schema()
     assert str(schema.field("id").type) == "int64" and str(schema.field("score").type) == "double"
 
 
@@ -163,7 +171,7 @@ def test_parquet_from_stdin_is_read_through_a_temporary_file(tmp_path: Path, mon
     texts = [f"headline {i}" for i in range(2500)]  # past one read batch
     pq.write_table(pa.table({"id": list(range(2500)), "text": texts}), path, row_group_size=1000)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(path.read_bytes())))
-    reader = TableReader(STDIN, "parquet", TextSource())
+    reader = table_reader(STDIN, "parquet", TextSource())
     assert reader.count() is None
     rows = list(reader.rows())
     assert [r.text for r in rows] == texts and [r.cells["id"] for r in rows] == list(range(2500))
@@ -172,17 +180,17 @@ def test_parquet_from_stdin_is_read_through_a_temporary_file(tmp_path: Path, mon
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(DataFileError, match="no such file"):
-        TableReader(str(tmp_path / "nope.csv"), "csv", TextSource())
+        table_reader(str(tmp_path / "nope.csv"), "csv", TextSource())
 
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
 def test_values_that_are_not_text_are_written_as_text(tmp_path: Path, kind: str) -> None:
     import datetime as dt
 
-    layout = Layout(kind, ["when", "raw", "n"], ["label", "error"], False)  # type: ignore[arg-type]
+    table = OutputTable(kind, ["when", "raw", "n"], ["label", "error"])  # type: ignore[arg-type]
     row = {"when": dt.date(2026, 12, 1), "raw": b"\x00\x01", "n": 2**70, "label": "A", "error": None}
-    write_part(tmp_path / f"p.{kind}", layout, [row])
-    join_parts(tmp_path / f"out.{kind}", layout, [tmp_path / f"p.{kind}"])
+    write_part(tmp_path / f"p.{kind}", table, [row])
+    join_parts(tmp_path / f"out.{kind}", table, [tmp_path / f"p.{kind}"])
     (back,) = read_back(tmp_path / f"out.{kind}", kind)
     assert str(back["n"]).strip('"') == str(2**70) and "2026-12-01" in str(back["when"]) and back["label"] == "A"
 
@@ -198,9 +206,9 @@ def test_each_row_s_digest_changes_with_that_row_alone(tmp_path: Path, kind: str
     path = tmp_path / f"in.{kind}"
 
     def write(rows: list[dict[str, Any]]) -> None:
-        layout = Layout(kind, ["id", "text"], [], False)  # type: ignore[arg-type]
-        write_part(tmp_path / "part", layout, rows)
-        join_parts(path, layout, [tmp_path / "part"])
+        table = OutputTable(kind, ["id", "text"], [])  # type: ignore[arg-type]
+        write_part(tmp_path / "part", table, rows)
+        join_parts(path, table, [tmp_path / "part"])
 
     write(rows)
     before = digests(path, kind)
@@ -238,7 +246,7 @@ def test_a_csv_row_s_digest_covers_its_raw_bytes_and_the_blank_lines_before_it(t
 def test_a_jsonl_text_key_in_no_line_is_refused_naming_the_keys(tmp_path: Path, scan: bool) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text('{"id": 1, "body": "a"}\n{"id": 2, "body": "b"}\n')
-    reader = TableReader(str(path), "jsonl", TextSource("txt"), scan_keys=scan)
+    reader = table_reader(str(path), "jsonl", TextSource("txt"), scan_keys=scan)
     reader.count()
     with pytest.raises(DataFileError, match=r"has no 'txt' key .*keys: \['id', 'body'\] \(--text-column"):
         list(reader.rows())

@@ -12,8 +12,23 @@ import httpx
 import pytest
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.errors import MissingDependencyError
-from langchain_qwen_fast.serving.api import Answer, APIKey, ClassifyFastPath, create_app, serve_api
+from langchain_qwen_fast.errors import (
+    ConfigurationError,
+    ContextLengthError,
+    DeadlineExceeded,
+    InvalidInputError,
+    LabelParseError,
+    MissingDependencyError,
+    Overloaded,
+    RequestTooLargeError,
+    ResponseFormatError,
+    ServerConnectionError,
+    ServerStatusError,
+    ServerTimeoutError,
+)
+from langchain_qwen_fast.serving.service import APIKey, ServiceOptions, create_app, serve_api
+from langchain_qwen_fast.serving.service.answers import HTTPAnswer, error_status
+from langchain_qwen_fast.serving.service.fast_path import ClassifyFastPath
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from tests.support.fake_vllm import FakeVLLM, status
 
@@ -24,7 +39,7 @@ def service(fake: FakeVLLM, **kwargs: Any) -> tuple[QwenClassifier, httpx.AsyncC
     classifier = QwenClassifier(
         labels=LABELS, base_url="http://vllm.test/v1", http_transport=fake.transport, max_retries=0
     )
-    app = create_app(classifier, **kwargs)
+    app = create_app(classifier, ServiceOptions(**kwargs))
     return classifier, httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test")
 
 
@@ -70,7 +85,7 @@ async def test_a_server_failure_reaches_every_caller_with_a_request_id_and_no_in
     classifier, client = service(fake, max_wait_ms=20)
     classifier.prepare()
     fake.fail("/v1/completions", fault)
-    with caplog.at_level("WARNING", logger="langchain_qwen_fast.serving.api"):
+    with caplog.at_level("WARNING", logger="langchain_qwen_fast.serving.service"):
         answers = await asyncio.gather(*(client.post("/v1/classify", json={"input": t}) for t in headlines(5)))
     assert {a.status_code for a in answers} == {code}
     assert {a.headers.get("retry-after") for a in answers} == {retry_after}  # the server's, passed on
@@ -147,11 +162,44 @@ def test_without_the_api_extra_the_service_names_it(monkeypatch: pytest.MonkeyPa
             serve_api("no-such-classifier.json")
 
 
-def test_fewer_than_one_worker_is_refused_before_anything_starts() -> None:
-    from langchain_qwen_fast.errors import ConfigurationError
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        ({"workers": 0}, "workers must be 1 or more, not 0"),
+        ({"api_key": ""}, "api_key is empty"),
+        ({"max_texts": 100, "max_queued_texts": 10}, "max_queued_texts"),
+        ({"request_timeout": 0}, "request_timeout"),
+        ({"groups_in_flight": 0}, "groups_in_flight"),
+        ({"max_group": 0}, "max_group"),
+    ],
+)
+def test_options_that_cannot_work_are_refused_before_anything_starts(options: dict[str, Any], refused: str) -> None:
+    with pytest.raises(ConfigurationError, match=refused):
+        ServiceOptions(**options)
 
-    with pytest.raises(ConfigurationError, match="workers must be 1 or more, not 0"):
-        serve_api("no-such-classifier.json", workers=0)
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (InvalidInputError("text is empty"), 422),
+        (ContextLengthError("too long", tokens=9, limit=8), 422),
+        (LabelParseError("no label", reply="maybe"), 422),  # the text's own: the same on any try
+        (ServerStatusError("refused", status_code=400), 422),  # the server refused the text itself
+        (ServerStatusError("busy", status_code=429), 429),  # passed on: the server asked for time
+        (ServerStatusError("busy", status_code=503), 503),
+        (ServerStatusError("broken", status_code=500), 502),
+        (ServerStatusError("no such model", status_code=404), 502),  # the same for every text
+        (ServerConnectionError("refused"), 502),
+        (ResponseFormatError("not JSON"), 502),
+        (ServerTimeoutError("slow"), 504),
+        (RequestTooLargeError("over the limit"), 413),
+        (Overloaded(asked=1, queued=4, limit=4, retry_after=2), 429),
+        (DeadlineExceeded("late"), 504),
+        (RuntimeError("a bug"), 500),
+    ],
+)
+def test_each_error_answers_the_status_of_whose_failure_it_is(error: BaseException, code: int) -> None:
+    assert error_status(error) == code
 
 
 @pytest.mark.parametrize(
@@ -183,9 +231,9 @@ async def test_the_fast_path_hands_every_other_request_to_fastapi_with_its_body(
         await send({"type": "http.response.start", "status": 299, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    async def respond(request: Any, deadline: float) -> Answer:
+    async def respond(request: Any, deadline: float) -> HTTPAnswer:
         answered.append(request.input)
-        return Answer(200, b'{"result": "fast"}', {})
+        return HTTPAnswer(200, b'{"result": "fast"}', {})
 
     app: Any = ClassifyFastPath(downstream, respond=respond, key=APIKey("sk-1"))
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test")

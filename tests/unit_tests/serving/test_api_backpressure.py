@@ -14,8 +14,7 @@ import pytest
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast._core import engine
-from langchain_qwen_fast.serving import api
-from langchain_qwen_fast.serving.api import create_app
+from langchain_qwen_fast.serving.service import ServiceOptions, create_app, readiness
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 from tests.support.fake_vllm import FakeVLLM, status
 
@@ -56,7 +55,7 @@ def held_service(prepared: bool = True, **kwargs: Any) -> tuple[HeldVLLM, Any, h
     )
     if prepared:
         classifier.prepare()
-    app = create_app(classifier, **kwargs)
+    app = create_app(classifier, ServiceOptions(**kwargs))
     return upstream, app, httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test")
 
 
@@ -68,7 +67,7 @@ COOLDOWN, REUSE = 0.2, 0.2
 @pytest.fixture
 def short_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "SETUP_RETRY_COOLDOWN", COOLDOWN)
-    monkeypatch.setattr(api, "_READY_REUSE_SECONDS", REUSE)
+    monkeypatch.setattr(readiness, "READY_REUSE_SECONDS", REUSE)
 
 
 async def until(condition: Any, seconds: float = 5.0) -> None:

@@ -1,22 +1,26 @@
-"""``qwen-fast api``'s key and limits (no server is started): the key from the environment or a
-file, never the command line; an empty key refused; the limits passed on only when given, their
-documented defaults the service's; a warning for an address other than loopback without a key."""
+"""``qwen-fast api``'s options (no server is started): the key from the environment or a file,
+never the command line; an empty key refused; one :class:`ServiceOptions` built from the flags
+and handed to the service as is; a warning for an address other than loopback without a key."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
-import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.cli import api as command
 from langchain_qwen_fast.cli.main import main
 from langchain_qwen_fast.errors import ConfigurationError
-from langchain_qwen_fast.serving import api
-from langchain_qwen_fast.serving.micro_batcher import DEFAULT_MAX_QUEUED_TEXTS
+from langchain_qwen_fast.serving import service
+from langchain_qwen_fast.serving.service import ServiceOptions, serve_api
+from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 from tests.support.cli import parse_command
 
 
@@ -24,7 +28,11 @@ from tests.support.cli import parse_command
 def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """``serve_api``'s calls, recorded instead of serving."""
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(api, "serve_api", lambda config, **kwargs: calls.append({"config": config, **kwargs}))
+
+    def record(config: str, options: ServiceOptions, **kwargs: Any) -> None:
+        calls.append({"config": config, "options": options, **kwargs})
+
+    monkeypatch.setattr(service, "serve_api", record)
     monkeypatch.delenv(command.API_KEY_ENV, raising=False)
     return calls
 
@@ -32,10 +40,10 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 def test_the_key_comes_from_the_environment(served: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(command.API_KEY_ENV, "sk-from-env\n")
     assert main(["api", "models/news"]) == 0
-    assert served[-1]["api_key"] == "sk-from-env"
+    assert served[-1]["options"].api_key == "sk-from-env"
     monkeypatch.setenv("MY_KEY", "sk-other")
     assert main(["api", "models/news", "--api-key-env", "MY_KEY"]) == 0
-    assert served[-1]["api_key"] == "sk-other"
+    assert served[-1]["options"].api_key == "sk-other"
 
 
 def test_the_key_comes_from_a_file_before_the_environment(
@@ -45,12 +53,12 @@ def test_the_key_comes_from_a_file_before_the_environment(
     key_file = tmp_path / "key"
     key_file.write_text("  sk-from-file  \n")
     assert main(["api", "models/news", "--api-key-file", str(key_file)]) == 0
-    assert served[-1]["api_key"] == "sk-from-file"
+    assert served[-1]["options"].api_key == "sk-from-file"
 
 
 def test_no_key_anywhere_is_a_service_without_one(served: list[dict[str, Any]]) -> None:
     assert main(["api", "models/news"]) == 0
-    assert served[-1]["api_key"] is None
+    assert served[-1]["options"].api_key is None
 
 
 @pytest.mark.parametrize("where", ["env", "file", "missing-file"])
@@ -74,29 +82,46 @@ def test_the_key_cannot_be_given_on_the_command_line(capsys: pytest.CaptureFixtu
     assert stopped.value.code == 2
 
 
-def test_the_limits_are_passed_on_only_when_given(served: list[dict[str, Any]]) -> None:
-    assert main(["api", "models/news", "--max-texts", "9", "--request-timeout", "2.5"]) == 0
-    limits = {name: served[-1][name] for name in command.LIMITS if name in served[-1]}
-    assert limits == {"max_texts": 9, "request_timeout": 2.5}
+def test_the_flags_make_one_options_object_handed_to_the_service_as_is(served: list[dict[str, Any]]) -> None:
+    argv = ["api", "models/news", "--base-url", "http://a/v1", "--max-texts", "9", "--request-timeout", "2.5",
+            "--workers", "3", "--groups-in-flight", "2", "--host", "0.0.0.0"]  # fmt: skip
+    assert main(argv) == 0
+    expected = ServiceOptions(max_texts=9, request_timeout=2.5, workers=3, groups_in_flight=2, host="0.0.0.0")
+    assert served[-1] == {"config": "models/news", "options": expected, "base_url": "http://a/v1", "model": None}
+    assert main(["api", "models/news"]) == 0
+    assert served[-1]["options"] == ServiceOptions()  # no flag: the service's own defaults
 
 
-def test_the_documented_defaults_are_the_services() -> None:
-    parser = argparse.ArgumentParser()
+def test_every_option_but_the_key_is_a_flag_and_its_help_shows_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # one line a flag
+    parser = argparse.ArgumentParser(formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=200))
     command.add_arguments(parser)
-    helps = {action.dest: action.help or "" for action in parser._actions}
-    defaults = {
-        "max_body_bytes": api.DEFAULT_MAX_BODY_BYTES,
-        "max_texts": api.DEFAULT_MAX_TEXTS,
-        "max_text_chars": api.DEFAULT_MAX_TEXT_CHARS,
-        "max_queued_texts": DEFAULT_MAX_QUEUED_TEXTS,
-        "request_timeout": api.DEFAULT_REQUEST_TIMEOUT,
-        "ready_timeout": api.DEFAULT_READY_TIMEOUT,
-    }
-    assert set(defaults) == set(command.LIMITS)
-    for name, default in defaults.items():
-        documented = re.search(r"\(default: ([\d.]+)\)", helps[name])
-        assert documented is not None and float(documented[1]) == default, name
-    assert parse_command(command, ["c"]).max_body_bytes is None
+    helps = {line.split()[0]: line for line in parser.format_help().splitlines() if line.strip().startswith("--")}
+    parsed = parse_command(command, ["c"])
+    for field in dataclasses.fields(ServiceOptions):
+        flag = "--" + field.name.replace("_", "-")
+        if field.name == "api_key":
+            assert flag not in helps  # only from the environment or a file
+            continue
+        assert getattr(parsed, field.name) == field.default, field.name
+        if field.default is not None:
+            assert f"(default: {field.default}" in helps[flag], flag
+
+
+def test_a_flag_value_that_cannot_work_is_refused_before_anything_starts(served: list[dict[str, Any]]) -> None:
+    assert main(["api", "models/news", "--max-texts", "100", "--max-queued-texts", "10"]) == 1
+    assert main(["api", "models/news", "--request-timeout", "0"]) == 1
+    assert served == []
+
+
+@pytest.fixture
+def uvicorn_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
+    """uvicorn's ``run`` calls, recorded instead of serving."""
+    ran: list[tuple[Any, dict[str, Any]]] = []
+    fake = types.ModuleType("uvicorn")
+    fake.run = lambda app, **kwargs: ran.append((app, kwargs))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "uvicorn", fake)
+    return ran
 
 
 @pytest.mark.parametrize(
@@ -105,29 +130,18 @@ def test_the_documented_defaults_are_the_services() -> None:
      ("0.0.0.0", "sk-1", False), ("127.0.0.1", None, False), ("localhost", None, False), ("::1", None, False)],
 )  # fmt: skip
 def test_a_warning_for_another_address_than_loopback_without_a_key(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, host: str, key: str | None, warned: bool
+    uvicorn_runs: list[tuple[Any, dict[str, Any]]],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    host: str,
+    key: str | None,
+    warned: bool,
 ) -> None:
-    ran: list[dict[str, Any]] = []
-
-    class Uvicorn:
-        @staticmethod
-        def run(app: Any, **kwargs: Any) -> None:
-            ran.append(kwargs)
-
-    monkeypatch.setattr(api, "_uvicorn", lambda: Uvicorn)
-    monkeypatch.setattr(api, "_app_of", lambda settings: settings)
-    with caplog.at_level(logging.WARNING, logger=api.__name__):
-        api.serve_api("models/news", host=host, api_key=key)
-    assert ran[-1]["host"] == host
+    saved = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1").save(tmp_path / "news")
+    with caplog.at_level(logging.WARNING, logger="langchain_qwen_fast.serving.service"):
+        serve_api(saved, ServiceOptions(host=host, port=8123, api_key=key))
+    app, settings = uvicorn_runs[-1]
+    assert settings["host"] == host and settings["port"] == 8123
+    assert app.state.service.options.api_key == key  # the app serves under the options given
     assert any("without an API key" in r.message for r in caplog.records) == warned
     assert all("sk-1" not in r.getMessage() for r in caplog.records)
-
-
-def test_serve_api_refuses_an_empty_key_and_bad_limits_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api, "_uvicorn", lambda: pytest.fail("started"))
-    with pytest.raises(ConfigurationError, match="api_key is empty"):
-        api.serve_api("models/news", api_key="")
-    with pytest.raises(ConfigurationError, match="max_queued_texts"):
-        api.serve_api("models/news", max_texts=100, max_queued_texts=10)
-    with pytest.raises(ConfigurationError, match="request_timeout"):
-        api.serve_api("models/news", request_timeout=0)

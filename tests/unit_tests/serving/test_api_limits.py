@@ -17,7 +17,8 @@ import pytest
 
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
-from langchain_qwen_fast.serving.api import APIKey, _render_list, _RequestId, create_app
+from langchain_qwen_fast.serving.service import APIKey, ServiceOptions, create_app
+from langchain_qwen_fast.serving.service.answers import RENDER_SLICE, RequestId, render_list
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 from tests.support.fake_vllm import FakeVLLM
 
@@ -28,7 +29,7 @@ def app_over(fake: FakeVLLM, **kwargs: Any) -> Any:
     classifier = QwenClassifier(
         labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1", http_transport=fake.transport, max_retries=0
     )
-    return create_app(classifier, **kwargs)
+    return create_app(classifier, ServiceOptions(**kwargs))
 
 
 @dataclass
@@ -152,7 +153,7 @@ async def test_too_many_texts_or_too_long_a_text_is_refused_422_before_any_work(
                                 http_transport=fake.transport, max_retries=0)  # fmt: skip
     classifier.prepare()
     before = len(fake.requests)
-    app = create_app(classifier, max_texts=3, max_text_chars=20)
+    app = create_app(classifier, ServiceOptions(max_texts=3, max_text_chars=20))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test") as client:
         answer = await client.post("/v1/classify", json=body)
     if refused:
@@ -187,10 +188,10 @@ async def test_a_long_list_is_rendered_with_the_loops_other_work_between_slices(
     ticker = asyncio.create_task(other_client())
     await asyncio.sleep(0)
     turns = 0
-    rendered = await _render_list(results, _RequestId())
+    rendered = await render_list(results, RequestId())
     ticker.cancel()
     assert len(json.loads(rendered)["results"]) == 4000
-    assert turns >= 4000 // 256 - 1  # the other client ran between the slices, not only after
+    assert turns >= 4000 // RENDER_SLICE - 1  # the other client ran between the slices, not only after
 
 
 async def test_a_large_valid_body_is_answered_by_the_fast_path() -> None:

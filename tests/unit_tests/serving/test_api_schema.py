@@ -21,7 +21,8 @@ from schemathesis.checks import not_a_server_error
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.classification import validate_text
 from langchain_qwen_fast.errors import InvalidInputError
-from langchain_qwen_fast.serving.api import NON_BLANK, create_app
+from langchain_qwen_fast.serving.service import ServiceOptions, create_app
+from langchain_qwen_fast.serving.service.schema import NON_BLANK
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 from tests.support.fake_vllm import FakeVLLM, raw, status, timeout
 from tests.support.openapi import call_and_check
@@ -41,7 +42,7 @@ def app_over(fake: FakeVLLM) -> Any:
     classifier = QwenClassifier(
         labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1", http_transport=fake.transport, max_retries=0
     )
-    return create_app(classifier, api_key=KEY, max_wait_ms=1, max_text_chars=MAX_TEXT_CHARS)
+    return create_app(classifier, ServiceOptions(api_key=KEY, max_wait_ms=1, max_text_chars=MAX_TEXT_CHARS))
 
 
 def refusing_oversize_bodies(document: Any) -> Any:
@@ -88,7 +89,7 @@ def test_the_blank_text_rule_is_the_classifiers_at_every_code_point() -> None:
     [
         (status(503, {"Retry-After": "3"}, message="overloaded"), 503),
         (status(429, {"Retry-After": "3"}), 429),
-        (status(400), 502),
+        (status(400), 422),  # the server refused the text itself
         (raw(b"{not json"), 502),
         (timeout(), 504),
     ],
@@ -108,10 +109,7 @@ def test_the_document_declares_the_limits_statuses_and_headers() -> None:
     answers carry: a client generated from it knows what is refused and why."""
     document = create_app(
         QwenClassifier(labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1"),
-        max_texts=7,
-        max_text_chars=99,
-        max_body_bytes=12345,
-        max_queued_texts=50,
+        ServiceOptions(max_texts=7, max_text_chars=99, max_body_bytes=12345, max_queued_texts=50),
     ).openapi()
     one, many = document["components"]["schemas"]["ClassifyRequest"]["properties"]["input"]["anyOf"]
     assert (one["maxLength"], many["maxItems"], many["items"]["maxLength"]) == (99, 7, 99)

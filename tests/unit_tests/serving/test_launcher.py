@@ -106,7 +106,7 @@ def test_the_key_reaches_vllm_through_its_environment_only(
         server.spawn()
     ((command, env),) = spawned
     assert env["VLLM_API_KEY"] == KEY and KEY not in " ".join(command)
-    assert server.requires_key and KEY not in shown(server, server._api_key) + caplog.text
+    assert server.requires_key and KEY not in shown(server) + caplog.text
     server.stop()
 
 
@@ -167,14 +167,20 @@ def test_a_group_and_its_router_never_show_the_key(tmp_path: Path, monkeypatch: 
 
 # -- qwen-fast serve: the key's sources, and stopping during start-up --------------------------
 def test_serve_reads_the_key_from_a_file_and_refuses_an_empty_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    spawned: list[tuple[list[str], dict[str, str]]],
 ) -> None:
-    monkeypatch.delenv("VLLM_API_KEY", raising=False)
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
     args = parse_command(serve, ["--model", "m", "--profile", "cpu", "--api-key-file", str(key_file)])
-    server = serve._server(args)
-    assert server._api_key is not None and server._api_key.reveal() == KEY  # the line's end is not the key's
+    server = serve.server_of(args)
+    assert isinstance(server, VLLMServer)
+    server.spawn()
+    server.stop()
+    ((_, env),) = spawned
+    assert env["VLLM_API_KEY"] == KEY  # the line's end is not the key's
     assert serve.run(parse_command(serve, [*sys_argv(key_file), "--print-command"])) == 0
     assert KEY not in capsys.readouterr().out
     key_file.write_text("\n")

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from langchain_qwen_fast.serving.micro_batcher import (
+from langchain_qwen_fast.errors import Overloaded
+from langchain_qwen_fast.serving.service.micro_batcher import (
     GROUPS_IN_FLIGHT_PER_REPLICA,
     MAX_RETRY_AFTER,
     MicroBatcher,
-    Overloaded,
     default_groups_in_flight,
 )
 

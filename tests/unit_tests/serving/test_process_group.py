@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from langchain_qwen_fast.errors import ServerStartError
-from langchain_qwen_fast.serving import process_group
 from langchain_qwen_fast.serving.process_group import (
     belongs_to,
     is_loopback,
     listeners,
     log_tail,
+    port_not_held_by,
     spawn_in_own_group,
     stop_group,
     wait_until_answering,
@@ -157,8 +157,8 @@ def test_who_holds_a_port(listener: tuple[subprocess.Popen[bytes], int], tmp_pat
     assert belongs_to(server.pid, server.pid) and not belongs_to(os.getpid(), server.pid)
     other = spawn_in_own_group(SLEEPER, tmp_path / "log")
     try:
-        assert process_group._ownership(server, port) is None  # the port is this child's
-        assert process_group._ownership(other, port) == (
+        assert port_not_held_by(server, port) is None  # the port is this child's
+        assert port_not_held_by(other, port) == (
             f"port {port} is held by pid {server.pid}, not by this child (pid {other.pid})"
         )
     finally:
@@ -177,7 +177,7 @@ def test_a_worker_of_the_child_holding_the_port_is_the_child(tmp_path: Path) -> 
         port = int((tmp_path / "log").read_text())
         (holder,) = listeners(port) or [None]
         assert holder is not None and holder != leader.pid and belongs_to(holder, leader.pid)
-        assert process_group._ownership(leader, port) is None
+        assert port_not_held_by(leader, port) is None
     finally:
         stop_group(leader, 10)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
 from langchain_qwen_fast.errors import ConfigurationError, DeadlineExceeded, Overloaded
+from langchain_qwen_fast.serving.service.options import DEFAULT_MAX_QUEUED_TEXTS
 
 if TYPE_CHECKING:
     from langchain_qwen_fast._core.classification import Classification
@@ -22,9 +23,6 @@ if TYPE_CHECKING:
 #: answered; fewer groups in flight make each group larger, and a larger group costs the
 #: service less CPU a text (docs/performance.md).
 GROUPS_IN_FLIGHT_PER_REPLICA = 2
-#: Texts waiting or in flight by default, over all requests: beyond it a request is refused
-#: at once (the service answers 429) rather than queued behind work it would wait minutes for.
-DEFAULT_MAX_QUEUED_TEXTS = 4096
 #: The most seconds an overloaded batcher asks callers to wait before trying again.
 MAX_RETRY_AFTER = 30
 #: How far back the completion rate behind a ``Retry-After`` estimate looks, in seconds.
@@ -112,6 +110,12 @@ class MicroBatcher:
     def queued(self) -> int:
         """Texts waiting for a group or in a group in flight."""
         return self._queued
+
+    @property
+    def line_entries(self) -> int:
+        """Entries the line keeps in memory: the texts waiting, and those whose callers left
+        and that are not swept out yet."""
+        return len(self._waiting)
 
     @property
     def prepared(self) -> bool:
@@ -294,8 +298,8 @@ class MicroBatcher:
 
 
 __all__ = [
-    "DEFAULT_MAX_QUEUED_TEXTS",
     "GROUPS_IN_FLIGHT_PER_REPLICA",
+    "MAX_RETRY_AFTER",
     "MicroBatcher",
     "default_groups_in_flight",
 ]

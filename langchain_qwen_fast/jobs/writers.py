@@ -1,0 +1,147 @@
+"""Writing a job's output: a chunk's rows as a part file of the output's format
+(:func:`write_part`), and the part files joined into the output at the end
+(:func:`join_parts`), without holding more than a part in memory.
+
+Every input column is kept (a Parquet input's with its own types), then the job's added columns
+(:mod:`.columns`). Values that are not text (JSONL numbers, lists, objects; dates, bytes) are
+written as their JSON text where the column holds text; CSV joins a multi-label ``labels``
+cell with :data:`~.tables.LABEL_SEPARATOR`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, cast
+
+import orjson
+
+from langchain_qwen_fast.jobs.tables import LABEL_SEPARATOR, Format
+
+
+@dataclass(frozen=True)
+class OutputTable:
+    """The output's format and columns: the input's (``arrow_schema``: a Parquet input's, whose
+    columns keep their types) and then the job's added ones."""
+
+    kind: Format
+    #: the input's columns, as the output names them
+    columns: list[str]
+    #: the added columns' names, after the input's
+    added: list[str]
+    arrow_schema: Any = None
+
+    @property
+    def header(self) -> list[str]:
+        return [*self.columns, *self.added]
+
+    def schema(self) -> Any:
+        """The Arrow schema of a Parquet output: the input columns' own types where the input
+        was Parquet, else text; the label text, the labels a list of text, probabilities
+        float64, ``abstained`` bool, ``error`` text."""
+        import pyarrow as pa
+
+        given = {f.name: f for f in self.arrow_schema} if self.arrow_schema is not None else {}
+        fields = [given.get(name, pa.field(name, pa.string())) for name in self.columns]
+        for name in self.added:
+            if name == "labels":
+                fields.append(pa.field(name, pa.list_(pa.string())))
+            elif name == "abstained":
+                fields.append(pa.field(name, pa.bool_()))
+            elif name in ("label", "error"):
+                fields.append(pa.field(name, pa.string()))
+            else:
+                fields.append(pa.field(name, pa.float64()))
+        return pa.schema(fields)
+
+
+def _text_cell(value: Any) -> str | None:
+    """A non-text input value (JSONL numbers, lists, objects) as its JSON text, for CSV and
+    for Parquet columns that hold text."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)  # dates, decimals, bytes: as text
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return LABEL_SEPARATOR.join(value)
+    return cast(str, _text_cell(value))
+
+
+def write_part(path: Path, table: OutputTable, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``rows`` (input cells and added columns) to ``path`` in the output's kind: CSV
+    without its header (:func:`join_parts` writes it once), JSONL, or a Parquet file."""
+    if table.kind == "jsonl":
+        with path.open("wb") as f:
+            for row in rows:
+                f.write(_json_line(row))
+            _sync(f)
+        return
+    if table.kind == "csv":
+        header = table.header
+        with path.open("w", newline="", encoding="utf-8") as text:
+            writer = csv.writer(text, lineterminator="\n")
+            writer.writerows([_csv_cell(row.get(name)) for name in header] for row in rows)
+            _sync(text)
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = table.schema()
+    texts = {f.name for f in schema if pa.types.is_string(f.type)}
+    columns = {
+        name: [_text_cell(row.get(name)) if name in texts else row.get(name) for row in rows] for name in table.header
+    }
+    arrow_table = pa.Table.from_pydict(columns, schema=schema)
+    with path.open("wb") as f:
+        pq.write_table(arrow_table, f)
+        _sync(f)
+
+
+def _json_line(row: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(row) + b"\n"
+    except TypeError:  # what orjson does not take (integers past 64 bits, bytes): the standard encoder
+        return (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
+
+
+def _sync(f: IO[Any]) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def join_parts(target: Path, table: OutputTable, parts: Iterable[Path]) -> None:
+    """Join the part files into ``target``, one part in memory at a time: CSV gets its header
+    first; JSONL parts are copied; Parquet parts become the row groups of one file."""
+    if table.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        with target.open("wb") as f:
+            writer = pq.ParquetWriter(f, table.schema())
+            for part in parts:
+                writer.write_table(pq.read_table(part))
+            writer.close()
+            _sync(f)
+        return
+    with target.open("wb") as f:
+        if table.kind == "csv":
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerow(table.header)
+            f.write(text.getvalue().encode())
+        for part in parts:
+            with part.open("rb") as source:
+                while block := source.read(1 << 20):
+                    f.write(block)
+        _sync(f)
