@@ -18,15 +18,16 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast.serving.api import BackgroundService, create_app
 from langchain_qwen_fast.serving.launcher import free_port
+from langchain_qwen_fast.serving.service import ServiceOptions, create_app
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
+from langchain_qwen_fast.testing.service import BackgroundService
 from tests.support.openapi import call_and_check
 from tests.support.proxy import Fault, FaultProxy
 
 
 def service_for(classifier: QwenClassifier, **kwargs: Any) -> BackgroundService:
-    return BackgroundService(create_app(classifier, **kwargs))
+    return BackgroundService(create_app(classifier, ServiceOptions(**kwargs)))
 
 
 @pytest.fixture
@@ -149,7 +150,8 @@ SCHEMA_KEY = "sk-api-schema-9"
 document = refusing_oversize_bodies(
     schemathesis.openapi.from_dict(
         create_app(
-            QwenClassifier(labels=list(AG_NEWS_LABELS), base_url="http://127.0.0.1:9/v1"), api_key=SCHEMA_KEY
+            QwenClassifier(labels=list(AG_NEWS_LABELS), base_url="http://127.0.0.1:9/v1"),
+            ServiceOptions(api_key=SCHEMA_KEY),
         ).openapi()
     )
 )
