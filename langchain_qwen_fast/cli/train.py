@@ -93,7 +93,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         help="epochs without a better validation macro-F1 before stopping (default: %(default)s)",
     )
-    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the validation split, each epoch's order and the new weights: the same seed, data and options "
+        "give the same model on one device and thread count (OMP_NUM_THREADS) (default: %(default)s)",
+    )
     p.add_argument("--max-text-tokens", type=int, help="tokens kept per text (default: %(default)s)")
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps in all")
     p.add_argument(

@@ -5,9 +5,11 @@ with every input column kept and the classification's columns added (:mod:`.colu
 
     report = classify_table(ClassifyOptions("news.csv", "labelled.parquet", labels=("World", "Sports")))
 
-Modules: ``tables`` (CSV, JSONL, Parquet and stdin in and out), ``parts`` (the committed chunks
-a resumed job carries on from, and the lock that lets one run at a time work on them), ``job``
-(:class:`ClassifyOptions`, :func:`classify_table`, and :class:`~.job.JobStopped` when the
+Modules: ``tables`` (the formats, CSV, JSONL, Parquet and stdin, and a row's text),
+``readers`` (a reader per format) and ``writers`` (the output's part files and their join),
+``parts`` (the work folder: the committed chunks a resumed job carries on from, and the lock
+that lets one run at a time work on them), ``job`` (:class:`ClassifyOptions`,
+:func:`classify_table`; it stops with :class:`~langchain_qwen_fast.errors.JobStopped` when the
 servers fail or too many rows have input errors), ``review`` (the review queue in ``qwen-fast
 train``'s layout), ``summary`` (the report and the confidence histogram); on Ray (the ``ray``
 extra), ``ray_data`` (:class:`ClassifyStage`, a stage for your own Ray Data pipeline),
@@ -17,7 +19,9 @@ extra), ``ray_data`` (:class:`ClassifyStage`, a stage for your own Ray Data pipe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from langchain_qwen_fast._extras import lazy_exports
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
@@ -34,23 +38,17 @@ __all__ = [
     "classify_table",
 ]
 
-_HOMES = {
-    "ClassifyOptions": "langchain_qwen_fast.jobs.job",
-    "classify_table": "langchain_qwen_fast.jobs.job",
-    "ClassifyStage": "langchain_qwen_fast.jobs.ray_data",
-    "HTTPServers": "langchain_qwen_fast.jobs.ray_data",
-    "VLLMInActor": "langchain_qwen_fast.jobs.ray_data",
-    "RayOptions": "langchain_qwen_fast.jobs.ray_job",
-    "classify_dataset": "langchain_qwen_fast.jobs.ray_job",
-}
-
-
-def __getattr__(name: str) -> Any:
-    # Imported on first use: the job modules read the classifier's code, and `import
-    # langchain_qwen_fast.jobs.columns` needs none of it.
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(home), name)
+# Imported on first use: the job modules read the classifier's code, and `import
+# langchain_qwen_fast.jobs.columns` needs none of it.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "ClassifyOptions": "langchain_qwen_fast.jobs.job",
+        "classify_table": "langchain_qwen_fast.jobs.job",
+        "ClassifyStage": "langchain_qwen_fast.jobs.ray_data",
+        "HTTPServers": "langchain_qwen_fast.jobs.ray_data",
+        "VLLMInActor": "langchain_qwen_fast.jobs.ray_data",
+        "RayOptions": "langchain_qwen_fast.jobs.ray_job",
+        "classify_dataset": "langchain_qwen_fast.jobs.ray_job",
+    },
+)

@@ -7,7 +7,10 @@ scores (temperature 0), which is what lets these tests see order, grouping and p
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
+import pickle
+import re
 from typing import Any
 
 import httpx
@@ -27,6 +30,7 @@ from langchain_qwen_fast import (
     ServerStatusError,
 )
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
+from langchain_qwen_fast.errors import ConfigurationError
 from tests.integration_tests.conftest import NEWS_LABELS
 from tests.support.proxy import Fault, FaultProxy
 
@@ -362,8 +366,9 @@ def test_reply_without_the_label_logprobs_is_an_error(proxy: FaultProxy) -> None
 def test_connection_refused_is_a_clear_error() -> None:
     from langchain_qwen_fast.serving.launcher import free_port
 
-    classifier = QwenClassifier(labels=NEWS_LABELS, base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
-    with pytest.raises(ServerConnectionError, match="ConnectError"):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    classifier = QwenClassifier(labels=NEWS_LABELS, base_url=url, max_retries=1)
+    with pytest.raises(ServerConnectionError, match=rf"could not connect to {re.escape(url)}/models: ConnectError"):
         classifier.invoke("anything")
     results = classifier.batch(["a", "b"], return_exceptions=True)
     assert all(isinstance(r, ServerConnectionError) for r in results)
@@ -371,8 +376,23 @@ def test_connection_refused_is_a_clear_error() -> None:
 
 def test_unknown_model_is_a_clear_error(server_url: str) -> None:
     classifier = QwenClassifier(labels=NEWS_LABELS, base_url=server_url, model="no-such-model")
-    with pytest.raises(QwenFastError, match=r"not served.*qwen3"):
+    with pytest.raises(ConfigurationError, match=r"'no-such-model' is not served.*qwen3"):
         classifier.invoke("anything")
+
+
+def test_a_base_url_without_v1_says_so(server_url: str) -> None:
+    root = server_url.removesuffix("/v1")
+    with pytest.raises(ServerStatusError, match=rf"HTTP 404 .*the base URL {re.escape(root)} has no /v1") as info:
+        make(root, max_retries=0).invoke("anything")
+    assert info.value.status_code == 404
+
+
+def test_copies_behave_as_their_fields_say(classifier: QwenClassifier) -> None:
+    text = "Stocks rally as the central bank cuts rates"
+    assert not classifier.invoke(text).abstained
+    assert classifier.model_copy(update={"abstain_below": 1.0}).invoke(text).abstained
+    assert copy.deepcopy(classifier).invoke(text) == classifier.invoke(text)
+    assert pickle.loads(pickle.dumps(classifier)).invoke(text) == classifier.invoke(text)
 
 
 def test_invalid_labels_are_rejected() -> None:

@@ -70,7 +70,7 @@ DOCUMENTED = {
     "langchain_qwen_fast.testing.samples": ["AG_NEWS_LABELS", "SAMPLE_HEADLINES", "headlines", "labelled_news"],
     "langchain_qwen_fast.testing.tiny_model": ["build_test_model"],
     "langchain_qwen_fast.serving": ["DEFAULT_MODEL", "VLLMServer", "hub_model_available"],
-    "langchain_qwen_fast.serving.api": ["create_app"],
+    "langchain_qwen_fast.serving.service": ["ServiceOptions", "create_app", "serve_api"],
     "langchain_qwen_fast.training": ["build_news_model"],
     "langchain_qwen_fast.training.data": ["write_labelled"],
     "langchain_qwen_fast.cli": ["main"],

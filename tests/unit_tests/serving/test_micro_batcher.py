@@ -209,18 +209,21 @@ async def test_texts_that_left_the_line_do_not_pile_up_while_the_slots_stay_busy
         caller.cancel()
         await settle()
     assert batcher.queued == 1
-    assert len(batcher._waiting) <= 300  # swept: not the 5,000 that came and went
+    assert batcher.line_entries <= 300  # swept: not the 5,000 that came and went
     stuck.cancel()
 
 
 async def test_retry_after_follows_the_recent_completion_rate() -> None:
     classifier = HeldClassifier()
     classifier.release.set()
-    batcher = MicroBatcher(classifier, groups_in_flight=1)  # type: ignore[arg-type]
+    batcher = MicroBatcher(classifier, groups_in_flight=1, max_queued=20_000)  # type: ignore[arg-type]
     assert batcher.retry_after() >= 1  # nothing known yet
     await batcher.classify_many([f"t{k}" for k in range(100)])  # 100 texts done within the window
-    batcher._queued = 10  # ten waiting at 10 a second: a second
+    classifier.release.clear()
+    held = batcher.submit([f"w{k}" for k in range(10)])  # ten waiting at 10 a second: a second
     assert batcher.retry_after() == 1
-    batcher._queued = 10_000  # far beyond: capped
+    held += batcher.submit([f"x{k}" for k in range(10_000)])  # far beyond: capped
     assert batcher.retry_after() == MAX_RETRY_AFTER
-    batcher._queued = 0
+    batcher.close()
+    await settle()
+    assert all(future.cancelled() for future in held)
