@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_qwen_fast._core.prompting import LAYOUTS, Layout
+from langchain_qwen_fast._core.prompting import LAYOUTS, PromptLayout
 from langchain_qwen_fast.bench.report import Header, header, write_json
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, labelled_news, multi_labelled_news
 from langchain_qwen_fast.training import TrainOptions
@@ -50,7 +50,7 @@ class Run:
     """One training run of one layout and its held-out scores."""
 
     task: str
-    layout: Layout
+    layout: PromptLayout
     train_items: int
     seed: int
     #: accuracy (single-label) or micro-F1 at the tuned thresholds (multi-label)
@@ -81,7 +81,7 @@ def held_out(task: str, n: int, seen: set[str]) -> list[tuple[str, Any]]:
 
 
 def train_and_score(
-    task: str, layout: Layout, items: Sequence[tuple[str, Any]], test: Sequence[tuple[str, Any]], seed: int,
+    task: str, layout: PromptLayout, items: Sequence[tuple[str, Any]], test: Sequence[tuple[str, Any]], seed: int,
     base_model: str, work: Path, device: str | None, epochs: int | None = None,
 ) -> Run:  # fmt: skip
     """Train ``layout`` on ``items`` into ``work`` and score ``test`` as the classifier would."""

@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks.ceiling import Ceiling, CeilingWork, engine_spec, measure_ceilings, sampling_from_body
 from benchmarks.common import require_lab
-from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, LAYOUTS, LabelSet, Layout, local_plan
+from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, LAYOUTS, LabelSet, PromptLayout, local_plan
 from langchain_qwen_fast.bench.measure import LABELS
 from langchain_qwen_fast.bench.paths import request_body
 from langchain_qwen_fast.bench.report import Header, header, write_json
@@ -70,7 +70,7 @@ class Cell:
     """One (text set, layout): its tokens and rates, and its fractions of the ceilings."""
 
     texts: str
-    layout: Layout
+    layout: PromptLayout
     tokens: Tokens
     defaults_per_s: float | None = None
     processes_per_s: float | None = None
@@ -189,7 +189,7 @@ def _measure_cell(
     tokenizer: str,
     texts: str,
     make: Callable[[int, int], list[str]],
-    layout: Layout,
+    layout: PromptLayout,
     options: argparse.Namespace,
     offset: int,
 ) -> tuple[Cell, CeilingWork]:

@@ -55,9 +55,6 @@ Scoring = Literal["label_tokens", "label_sequences", "yes_no", "constrained_choi
 #: trained in it.
 PromptLayout = Literal["chat", "compact"]
 LAYOUTS: tuple[PromptLayout, ...] = ("chat", "compact")
-#: The old name of :data:`PromptLayout`, kept only until training/options.py, benchmarks/ and
-#: tests/…/training import the new one (jobs.tables has a ``Layout`` of its own); then deleted.
-Layout = PromptLayout
 #: Tokens in one of vLLM's prefix-cache blocks (its default block size): a compact head is
 #: padded to a whole number of them.
 CACHE_BLOCK_TOKENS = 16

@@ -533,13 +533,10 @@ class Transport:
 
     # -- one try: the same for blocking and async sends --------------------------------------
     def _pick(self, tried: set[int], path: str) -> tuple[int, str]:
-        """The replica for the next try of a request and the URL of ``path`` on it. Paths
-        under /v1 are relative to the base URL; server routes (/tokenize, /classify) start
-        with "/" and hang off the root."""
+        """The replica for the next try of a request and the URL of ``path`` on it."""
         replica = self.replicas.acquire(tried)
         tried.add(replica)
-        base = self.base_urls[replica]
-        return replica, (base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}")
+        return replica, _url(self.base_urls[replica], path)
 
     @contextlib.contextmanager
     def _trying(self, replica: int, url: str) -> Iterator[None]:
@@ -619,6 +616,20 @@ class Transport:
 
         return list(await asyncio.gather(*(one(call) for call in calls)))
 
+    async def aprobe(self, path: str, timeout: float) -> list[bool]:
+        """Whether each replica answers ``path`` with 200 within ``timeout`` seconds: one try
+        each, with this transport's headers and ``http_transport``, no retry, and no verdict on
+        the replicas' health (a probe is not traffic). On the caller's event loop."""
+
+        async def answers(base: str) -> bool:
+            try:
+                reply = await asyncio.wait_for(self.httpx.asend("GET", _url(base, path), None), timeout)
+            except (httpx.HTTPError, asyncio.TimeoutError):
+                return False
+            return reply[0] == 200
+
+        return list(await asyncio.gather(*(answers(base) for base in self.base_urls)))
+
     def close(self) -> None:
         """Close the pooled connections of every stack (they open again on next use)."""
         self.stack.close()
@@ -628,6 +639,12 @@ class Transport:
         """Close this event loop's pooled httpx connections (an aiohttp stack serves every
         loop: :meth:`close` ends it)."""
         await self.httpx.aclose()
+
+
+def _url(base: str, path: str) -> str:
+    """``path`` on the server at ``base``: paths under /v1 are relative to the base URL; server
+    routes (/tokenize, /classify) start with "/" and hang off the root."""
+    return base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}"
 
 
 def _capture(fn: Callable[..., T], *args: Any) -> T | Exception:

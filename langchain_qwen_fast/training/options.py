@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from langchain_qwen_fast._core.prompting import LAYOUTS, Layout
+from langchain_qwen_fast._core.prompting import LAYOUTS, PromptLayout
 from langchain_qwen_fast.errors import ConfigurationError
 
 Method = Literal["head", "sft"]
@@ -56,7 +56,7 @@ class TrainOptions:
     #: the layout of the classifier's prompt that the model is trained on and the saved
     #: classifier sends (``chat`` or ``compact``); only a model that reads a prompt has one
     #: (:attr:`reads_prompt`)
-    prompt_layout: Layout = "chat"
+    prompt_layout: PromptLayout = "chat"
     label_descriptions: dict[str, str] | None = None
     #: the name the classifier asks for (``--served-model-name``, or the adapter's name)
     served_model_name: str | None = None

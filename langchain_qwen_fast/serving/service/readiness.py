@@ -1,8 +1,9 @@
 """``GET /ready``: whether the service can classify now, found out within a short timeout.
 
 Ready means the classifier's set-up with the vLLM server is done and at least one of its vLLM
-servers answers ``/v1/models``. The probe of each server is one request, no retry, with the
-classifier's own key and ``http_transport``: a server that answers slowly is not ready.
+servers answers ``/v1/models``. The probe of each server goes through the engine's own
+transport (:meth:`~langchain_qwen_fast._core.transport.Transport.aprobe`): one request, no
+retry, the classifier's key and ``http_transport``; a server that answers slowly is not ready.
 """
 
 from __future__ import annotations
@@ -75,24 +76,10 @@ class Readiness:
                 logger.warning("readiness: the set-up failed: %s: %s", type(exc).__name__, exc)
                 return ReadyState(False, "the set-up with the vLLM server failed", 0)
             self._set_up = True
-        answering = sum(await asyncio.gather(*(self._answers(url) for url in self._engine.settings.base_urls)))
+        answering = sum(await self._engine.transport.aprobe("models", self._timeout))
         if not answering:
             return ReadyState(False, "no vLLM server answers", 0)
         return ReadyState(True, "", answering)
-
-    async def _answers(self, base_url: str) -> bool:
-        # The engine keeps its transport (and the key's header) to itself, and its requests
-        # retry and spread over the replicas: a probe of one server goes on a client of its own.
-        import httpx
-
-        settings = self._engine.settings
-        headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-        custom = settings.http_transport if isinstance(settings.http_transport, httpx.AsyncBaseTransport) else None
-        try:
-            async with httpx.AsyncClient(transport=custom, timeout=self._timeout) as http:
-                return (await http.get(f"{base_url.rstrip('/')}/models", headers=headers)).status_code == 200
-        except httpx.HTTPError:
-            return False
 
 
 __all__ = ["READY_REUSE_SECONDS", "Readiness", "ReadyState"]

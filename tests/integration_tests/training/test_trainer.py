@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, LAYOUTS, Layout
+from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, LAYOUTS, PromptLayout
 from langchain_qwen_fast.calibration import apply_temperature
 from langchain_qwen_fast.cli import main
 from langchain_qwen_fast.serving.launcher import VLLMServer
@@ -111,7 +111,12 @@ def _accuracy(rows: list[list[float]], items: list[tuple[str, str]], labels: lis
 
 
 def _task(
-    method: str, model_dir: Path, labels: list[str] = LABELS, *, multi_label: bool = False, layout: Layout = "chat"
+    method: str,
+    model_dir: Path,
+    labels: list[str] = LABELS,
+    *,
+    multi_label: bool = False,
+    layout: PromptLayout = "chat",
 ) -> Any:
     options = TrainOptions(method=method, base_model=str(model_dir), out=str(model_dir), prompt_layout=layout)  # type: ignore[arg-type]
     return make_task(options, labels, load_tokenizer(str(model_dir)), multi_label)
@@ -537,7 +542,7 @@ def test_served_head_probabilities_match_transformers(head_model: tuple[Path, di
     ids=["label-tokens", "label-sequences", "yes-no"],
 )
 def test_served_scores_match_transformers_in_either_layout(
-    tiny_model: Path, server_url: str, labels: list[str], multi_label: bool, scoring: str, layout: Layout
+    tiny_model: Path, server_url: str, labels: list[str], multi_label: bool, scoring: str, layout: PromptLayout
 ) -> None:
     """The shared server's tiny model (untrained: the prompts, not the weights, are on trial)
     scores each text as training scores it, in the layout asked for: within PARITY of

@@ -480,3 +480,22 @@ def test_a_transport_of_one_kind_refuses_the_other_kind_of_call_instead_of_reach
     (refused,) = asyncio.run(blocking.arequest_all([("GET", "/models", None)], 1))
     assert isinstance(refused, ConfigurationError) and "serves blocking calls only" in str(refused)
     assert blocking.request("GET", "/models") == {"data": []}
+
+
+async def test_a_probe_asks_each_replica_once_and_leaves_their_health_alone() -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), request.headers.get("authorization")))
+        if request.url.host == "down":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200 if request.url.host == "up" else 503, json={})
+
+    urls = ["http://up/v1", "http://busy/v1", "http://down/v1"]
+    transport = Transport(urls, api_key="k", timeout=5, retry=FAST, http_transport=httpx.MockTransport(handler))
+    assert await transport.aprobe("models", timeout=1.0) == [True, False, False]
+    assert sorted(seen) == sorted((f"{url}/models", "Bearer k") for url in urls)  # one try each, the key sent
+    assert transport.replicas.outstanding == [0, 0, 0] and transport.replicas.first_tries == [0, 0, 0]
+    # No replica was put to rest by the probe: the next requests still go to every one in turn.
+    await transport.arequest_all([("GET", "models", None)] * 2, 2)
+    assert transport.replicas.first_tries[:2] == [1, 1]

@@ -16,7 +16,7 @@ from langchain_qwen_fast._core.prompting import (
     LAYOUTS,
     PROMPT_SUFFIX,
     LabelSet,
-    Layout,
+    PromptLayout,
     local_plan,
 )
 from langchain_qwen_fast.errors import ConfigurationError
@@ -74,13 +74,13 @@ SUFFIX = {"chat": PROMPT_SUFFIX, "compact": COMPACT_SUFFIX}
 layouts = pytest.mark.parametrize("layout", LAYOUTS)
 
 
-def _served(labels: list[str], layout: Layout, multi_label: bool = False) -> Any:
+def _served(labels: list[str], layout: PromptLayout, multi_label: bool = False) -> Any:
     """The plan the classifier learns from a server of the toy tokenizer (the fake vLLM)."""
     return QwenClassifier(labels=labels, multi_label=multi_label, prompt_layout=layout,
                           base_url="http://vllm.test/v1", http_transport=FakeVLLM().transport).prepare()  # fmt: skip
 
 
-def _sft(labels: list[str], layout: Layout, multi_label: bool = False, **options: Any) -> Any:
+def _sft(labels: list[str], layout: PromptLayout, multi_label: bool = False, **options: Any) -> Any:
     import torch
 
     from langchain_qwen_fast.training.tasks import SFTTask
@@ -90,7 +90,7 @@ def _sft(labels: list[str], layout: Layout, multi_label: bool = False, **options
 
 
 @layouts
-def test_sft_prompt_is_the_classifiers_prompt_and_targets_the_first_label_token(layout: Layout) -> None:
+def test_sft_prompt_is_the_classifiers_prompt_and_targets_the_first_label_token(layout: PromptLayout) -> None:
     labels = ["World", "Sports", "Business"]
     task = _sft(labels, layout)
     plan, served = task.plan, _served(labels, layout)
@@ -106,7 +106,7 @@ def test_sft_prompt_is_the_classifiers_prompt_and_targets_the_first_label_token(
 
 
 @layouts
-def test_a_text_is_cut_to_its_token_limit_in_either_layout(layout: Layout) -> None:
+def test_a_text_is_cut_to_its_token_limit_in_either_layout(layout: PromptLayout) -> None:
     task = _sft(["World", "Sports"], layout, max_text_tokens=4)
     long = " ".join(f"w{i}" for i in range(20))  # 39 toy tokens: words and the spaces between
     (body,) = task._bodies([long])
@@ -116,7 +116,7 @@ def test_a_text_is_cut_to_its_token_limit_in_either_layout(layout: Layout) -> No
 
 
 @layouts
-def test_labels_sharing_tokens_train_on_every_label_token_and_the_end(layout: Layout) -> None:
+def test_labels_sharing_tokens_train_on_every_label_token_and_the_end(layout: PromptLayout) -> None:
     tokenizer = ToyTokenizer()
     plan = local_plan(LabelSet.build(["tech", "tech news", "sport"], layout=layout), tokenizer)
     served = _served(["tech", "tech news", "sport"], layout)
@@ -132,7 +132,7 @@ def test_labels_sharing_tokens_train_on_every_label_token_and_the_end(layout: La
 
 
 @layouts
-def test_a_head_for_the_generate_runner_needs_labels_with_distinct_first_tokens(layout: Layout) -> None:
+def test_a_head_for_the_generate_runner_needs_labels_with_distinct_first_tokens(layout: PromptLayout) -> None:
     import torch
 
     from langchain_qwen_fast.training.tasks import HeadTask
@@ -165,7 +165,7 @@ def test_a_base_model_that_is_neither_a_directory_nor_a_hub_id_is_named() -> Non
 
 
 @layouts
-def test_multi_label_sft_trains_the_classifiers_yes_no_prompt_of_every_label(layout: Layout) -> None:
+def test_multi_label_sft_trains_the_classifiers_yes_no_prompt_of_every_label(layout: PromptLayout) -> None:
     from langchain_qwen_fast.training.tasks import local_yes_no_plan
 
     labels = ["World", "Sports", "Sci/Tech"]
@@ -196,7 +196,7 @@ def test_a_multi_label_head_for_the_generate_runner_is_refused() -> None:
 
 
 @layouts
-def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone(layout: Layout) -> None:
+def test_single_label_sft_loss_is_the_cross_entropy_over_the_labels_tokens_alone(layout: PromptLayout) -> None:
     """The classifier renormalises the labels' first-token probabilities, so that is what SFT
     trains: the loss equals the cross-entropy over those tokens' logits after each whole prompt
     (run alone, as the server runs it; the training pass shares the prompts' head), and a token
@@ -287,7 +287,7 @@ def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(method: str,
 
 
 @layouts
-def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prompt(layout: Layout) -> None:
+def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prompt(layout: PromptLayout) -> None:
     """One pass per text reads every label's question as a branch after the shared text: each
     label's yes/no margin, and its gradient, equal those of the label's own whole prompt run
     alone, as the server runs it."""
