@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from langchain_qwen_fast.chat_models import ChatQwenFast
     from langchain_qwen_fast.classification import Classification, ClassifierInput
     from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.decision_models import ClassifierDecisionModel, QwenDecisionModel
     from langchain_qwen_fast.routing import ClassifierRouter, classifier_tool, label_edge
 
 # Imported on first use: LangChain and the OpenAI client are slow to import, and a
@@ -34,6 +35,8 @@ __getattr__ = lazy_exports(
         "Classification": "langchain_qwen_fast.classification",
         "ClassifierInput": "langchain_qwen_fast.classification",
         "QwenClassifier": "langchain_qwen_fast.classifiers",
+        "QwenDecisionModel": "langchain_qwen_fast.decision_models",
+        "ClassifierDecisionModel": "langchain_qwen_fast.decision_models",
         "ClassifierRouter": "langchain_qwen_fast.routing",
         "classifier_tool": "langchain_qwen_fast.routing",
         "label_edge": "langchain_qwen_fast.routing",
@@ -49,6 +52,7 @@ except metadata.PackageNotFoundError:  # running from a source tree that was nev
 __all__ = [
     "ChatQwenFast",
     "Classification",
+    "ClassifierDecisionModel",
     "ClassifierInput",
     "ClassifierRouter",
     "ConfigurationError",
@@ -56,6 +60,7 @@ __all__ = [
     "InvalidInputError",
     "LabelParseError",
     "QwenClassifier",
+    "QwenDecisionModel",
     "QwenFastError",
     "ResponseFormatError",
     "ServerConnectionError",

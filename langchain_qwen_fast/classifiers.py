@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
-import functools
 import pickle
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -13,18 +11,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.example_selectors import BaseExampleSelector
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.tools import BaseTool
-from langchain_core.utils import secret_from_env
-from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
 from langchain_qwen_fast._core import saved
-from langchain_qwen_fast._core.base_urls import resolve_base_url
-from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.engine import BatchSlice, Engine, arun_slices, run_slices
 from langchain_qwen_fast._core.labels import label_names, label_sets, thresholds
 from langchain_qwen_fast._core.prompting import ClassifierPlan, PromptLayout
 from langchain_qwen_fast._core.settings import EngineSettings, Rules
-from langchain_qwen_fast._core.transport import DEFAULT_MAX_RETRIES, DEFAULT_RETRY_DEADLINE, DEFAULT_TIMEOUT
+from langchain_qwen_fast._engine_fields import SECRET_FIELDS, EngineFields, configuration_error
 from langchain_qwen_fast._runs import (
     abatch_with_runs,
     awith_run,
@@ -42,17 +37,16 @@ from langchain_qwen_fast.routing import BatchConfig, ClassifierRouter, classifie
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.chat_models import ChatQwenFast
+    from langchain_qwen_fast.decision_models import ClassifierDecisionModel
 
 #: The fields that are objects of the caller's rather than settings: never saved, shared (not
 #: copied) by a deep copy, and pickled only where they can be.
 _OBJECTS = ("example_selector", "cache", "http_transport")
 #: What :meth:`QwenClassifier.save` never writes: the key, and what cannot be saved.
-_NOT_SAVED = {"api_key", *_OBJECTS}
-#: Fields whose value an error message never shows.
-_SECRET = {"api_key"}
+_NOT_SAVED = {*SECRET_FIELDS, *_OBJECTS}
 
 
-class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
+class QwenClassifier(EngineFields, RunnableSerializable[ClassifierInput, Classification]):
     """Classify text into a fixed label set with Qwen3 served by vLLM.
 
     Each prompt is pre-rendered in Qwen3's chat format with thinking off and sent to
@@ -96,51 +90,10 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
     example_selector: BaseExampleSelector | None = Field(default=None, exclude=True)
     """Any LangChain example selector: its examples for each text (dicts with ``text`` and
     ``label`` or ``labels``) are rendered after the fixed part. Not saved by :meth:`save`."""
-    base_url: str | list[str] = Field(default_factory=lambda: resolve_base_url(None))
-    """The vLLM server's OpenAI-compatible base URL, or a list of replicas serving the same
-    model (each request goes to the one with the fewest requests outstanding; a retry to
-    another; a replica whose connection fails rests a few seconds), or a file listing them one
-    per line (``qwen-fast serve --urls-file``). Default: ``QWEN_FAST_BASE_URL`` (one URL, or
-    several separated by commas), else ``http://127.0.0.1:8000/v1``."""
-    model: str = "qwen3"
-    """The served model name."""
     mode: Literal["generate", "head"] = "generate"
     """``generate``: a chat model answers the label. ``head``: a
     ``Qwen3ForSequenceClassification`` checkpoint served by vLLM's pooling runner scores the
     text through ``/classify``; class i is ``labels[i]``. Same results, batching and errors."""
-    api_key: SecretStr | None = Field(default_factory=secret_from_env("VLLM_API_KEY", default=None), exclude=True)
-    """Bearer token, if the server requires one (default: ``VLLM_API_KEY``). Never saved."""
-    timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
-    """Seconds allowed for each HTTP request."""
-    max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0)
-    """Retries after the first try, for connection errors, timeouts, 429 and 5xx."""
-    retry_deadline: float = Field(default=DEFAULT_RETRY_DEADLINE, gt=0)
-    """No retry wait starts that would end more than this many seconds after the first try."""
-    batch_size: int | None = Field(default=None, ge=1)
-    """Prompts per request in ``batch``/``abatch``. None (default): picked per call, an equal
-    share of the call's prompts for each request in flight, 16 to 128 (so a big batch goes in
-    requests of 128 and a small one still uses every replica)."""
-    max_concurrency: int | None = Field(default=None, ge=1)
-    """Requests in flight in ``batch``/``abatch`` unless the run config sets
-    ``max_concurrency``. None (default): 8 per replica in ``base_url``, or 256 per replica
-    where the server takes one prompt a request (vLLM's Rust frontend: each prompt is a
-    request of its own)."""
-    abstain_below: float | None = Field(default=None, gt=0, le=1)
-    """If set, a best-label probability below it gives an abstained result (label None); 1 is
-    allowed (a confident model's probabilities often round to exactly 1)."""
-    temperature: float = Field(default=1.0, gt=0)
-    """Calibration temperature for every result's scores (``qwen-fast eval --calibrate`` fits
-    it), applied before ``abstain_below`` and ``threshold``; not a sampling temperature."""
-    tokenizer_path: str | None = None
-    """The served model's tokenizer (its directory or ``tokenizer.json``): prompts are then sent
-    as token ids, so the server's API process skips tokenising (worth it where that process is
-    the bottleneck). Needs ``tokenizers``; checked against the server's at set-up."""
-    cache: ClassificationCache | None = Field(default=None, exclude=True)
-    """A :mod:`~langchain_qwen_fast.caches` cache of finished classifications (off by default):
-    hits never touch the network. Not saved by :meth:`save`."""
-    http_transport: Any = Field(default=None, exclude=True, repr=False)
-    """An ``httpx`` transport to use instead of the network (e.g. ``httpx.MockTransport`` in
-    tests, or a transport with custom TLS or proxies). Not saved."""
     client_processes: int = Field(default=1, ge=1)
     """Processes a large ``batch``/``abatch`` is spread over, each with its own event loop,
     connections and share of the requests in flight: worth it when one process's event loop,
@@ -160,21 +113,7 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         try:
             super().__init__(**settings)
         except ValidationError as exc:
-            raise _configuration_error(exc) from exc
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_unknown_arguments(cls, data: Any) -> Any:
-        """An unknown argument is an error naming the nearest valid one (never silently ignored)."""
-        if isinstance(data, Mapping):
-            known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
-            saved.check_arguments("QwenClassifier", map(str, data), known)
-        return data
-
-    @field_validator("base_url", mode="before")
-    @classmethod
-    def _resolve_base_url(cls, value: Any) -> str | list[str]:
-        return resolve_base_url(value)
+            raise configuration_error(exc) from exc
 
     @field_validator("threshold")
     @classmethod
@@ -202,12 +141,9 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         return self
 
     def _engine_settings(self) -> EngineSettings:
-        """The engine's settings: every field the engine has by a name of ours, as it is; the
-        URLs, the key, the label sets and the rules derived from ours."""
-        return EngineSettings(
-            **{name: getattr(self, name) for name in _taken_fields()},
-            base_urls=tuple([self.base_url] if isinstance(self.base_url, str) else self.base_url),
-            api_key=self.api_key.get_secret_value() if self.api_key else None,
+        """The engine's settings: the shared fields as they are, the label sets and the rules
+        derived from ours."""
+        return self.engine_settings(
             label_sets=label_sets(
                 self.labels,
                 descriptions=self.label_descriptions or {},
@@ -309,6 +245,16 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         callables are wrapped. ``outages_to_default``: send an input whose classification
         failed for the servers' sake to ``default`` too, instead of raising."""
         return classifier_router(self, self.label_names, routes, default, outages_to_default=outages_to_default)
+
+    def as_decision_model(self) -> ClassifierDecisionModel:
+        """This classifier as a LangChain decision model that answers a ``Choice`` among its
+        own labels with its own prompt, head, calibration and abstention, e.g. to route an
+        agent with ``ModelRouterMiddleware`` (see
+        :class:`~langchain_qwen_fast.decision_models.ClassifierDecisionModel`). Flat,
+        single-label classifiers only."""
+        from langchain_qwen_fast.decision_models import as_decision_model
+
+        return as_decision_model(self)
 
     def as_tool(
         self,
@@ -468,29 +414,6 @@ class QwenClassifier(RunnableSerializable[ClassifierInput, Classification]):
         await self._engine.aclose()
 
 
-@functools.cache
-def _taken_fields() -> tuple[str, ...]:
-    """The engine's settings the classifier has fields of the same name for, handed over as
-    they are (the key is a secret here and in clear there: derived)."""
-    ours = QwenClassifier.model_fields
-    return tuple(f.name for f in dataclasses.fields(EngineSettings) if f.name in ours and f.name not in _SECRET)
-
-
 def _rebuilt(cls: type[QwenClassifier], fields: dict[str, Any]) -> QwenClassifier:
     """A classifier unpickled: built from its fields."""
     return cls(**fields)
-
-
-def _configuration_error(error: ValidationError) -> ConfigurationError:
-    """Pydantic's validation error as this package's, one readable problem per field; a secret
-    field's value is never shown."""
-    problems: dict[str, None] = {}
-    for problem in error.errors():
-        field = str(problem["loc"][0]) if problem["loc"] else ""
-        cause = (problem.get("ctx") or {}).get("error")
-        text = str(cause) if isinstance(cause, Exception) else problem["msg"]
-        value = problem.get("input")
-        shown = isinstance(value, (int, float, str, type(None))) and len(repr(value)) <= 80 and field not in _SECRET
-        got = f" (got {value!r})" if shown and not isinstance(cause, Exception) else ""
-        problems[f"{field}: {text}{got}" if field else text] = None
-    return ConfigurationError("; ".join(problems))

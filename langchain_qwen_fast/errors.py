@@ -8,6 +8,7 @@ the API key. The tree::
     │   ├── ContextLengthError                 does not fit the server's context window
     │   └── RequestTooLargeError               a service request's body past its limit
     ├── LabelParseError                        the model's reply maps to no label
+    ├── AbstainedError                         the best answer fell under ``abstain_below``
     ├── DataFileError (ValueError)             a data file that cannot be read as asked
     ├── TransportError                         the servers, or the way to them
     │   ├── ServerConnectionError              refused, reset, closed early
@@ -65,7 +66,7 @@ def blame(error: BaseException) -> Blame:
     """
     if isinstance(error, ServerStatusError):
         return "input" if error.status_code in REQUEST_STATUSES else "infrastructure"
-    if isinstance(error, (InvalidInputError, LabelParseError, DataFileError)):
+    if isinstance(error, (InvalidInputError, LabelParseError, DataFileError, AbstainedError)):
         return "input"
     return "infrastructure"
 
@@ -208,6 +209,11 @@ class Overloaded(QwenFastError):
         self.queued = queued
         self.limit = limit
         self.retry_after = retry_after
+
+
+class AbstainedError(QwenFastError):
+    """A decision model abstained: a question's best answer fell under ``abstain_below``. The
+    LangChain decision models raise it as LangChain's ``ModelRefusalError`` too."""
 
 
 class RecordedError(QwenFastError):

@@ -53,6 +53,15 @@ class Classification(BaseModel):
         return max(self.scores.values()) if self.scores else None
 
 
+class Decided(BaseModel):
+    """A decision request's results under one question set: a result per question, in the
+    set's order (what the cache keeps for a state)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    answers: list[Classification]
+
+
 def validate_text(value: Any) -> str:
     """Return ``value`` as text to classify, or raise :class:`InvalidInputError` naming why."""
     if not isinstance(value, str):

@@ -115,6 +115,11 @@ class Engine:
         return self._transport
 
     @property
+    def procedure(self) -> Procedure:
+        """The request procedure this engine drives."""
+        return self._procedure
+
+    @property
     def replica_count(self) -> int:
         """The vLLM servers (replicas) requests are spread over."""
         return self._transport.replicas.count

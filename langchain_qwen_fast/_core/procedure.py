@@ -19,7 +19,8 @@ from typing import Any
 
 from langchain_qwen_fast._core import vllm_api
 from langchain_qwen_fast._core.caches import ClassificationCache
-from langchain_qwen_fast._core.classification import Classification, text_of
+from langchain_qwen_fast._core.classification import Classification, Decided, text_of
+from langchain_qwen_fast._core.decisions import DecisionPlan, UsageLedger
 from langchain_qwen_fast._core.prompting import (
     ClassifierPlan,
     LabelSet,
@@ -100,14 +101,14 @@ class Procedure:
     # -- set-up -----------------------------------------------------------------------------
     def setup_steps(self) -> Steps[dict[Node, ClassifierPlan]]:
         """Every node's plan, learnt from the server, and whether the server takes a list of
-        prompts in one request (the first probe finds out; see :meth:`_probe_steps`)."""
+        prompts in one request (the first probe finds out; see :meth:`probe_steps`)."""
         models_reply = _raise_any((yield [vllm_api.models_call()]))[0]
         served = vllm_api.parse_models(models_reply)
         if self.model not in served:
             where = ", ".join(self.servers) or "the server"
             raise ConfigurationError(f"model {self.model!r} is not served at {where}; it serves {sorted(served)}")
         plans = {}
-        lists = _Lists()
+        lists = PromptLists()
         for node, label_set in self.settings.label_sets.items():
             if self.settings.mode == "head":
                 plan = yield from self._head_plan_steps(label_set, served[self.model], lists)
@@ -118,14 +119,14 @@ class Procedure:
                 yield from self._check_tokenizer_steps(plan)
             plans[node] = plan
         if lists.taken is None:  # no plan needed a probe (constrained choice): one for this alone
-            yield from self._probe_steps(plans[()], 0, lists)
+            yield from self.probe_steps(plans[()], 0, lists)
         identity = vllm_api.model_identity(models_reply, self.model)
         return {
             node: dataclasses.replace(plan, takes_prompt_lists=bool(lists.taken), served=identity)
             for node, plan in plans.items()
         }
 
-    def _probe_steps(self, plan: ClassifierPlan, step: int, lists: _Lists) -> Steps[Any]:
+    def probe_steps(self, plan: ClassifierPlan, step: int, lists: PromptLists) -> Steps[Any]:
         """The server's reply to a one-prompt request for ``step``, learning on the way whether
         it takes a list of prompts in one request. vLLM's Python API server does; its Rust
         frontend refuses a list with HTTP 400 and answers the same prompt sent alone, so a
@@ -146,7 +147,8 @@ class Procedure:
             lists.taken = True
         return reply
 
-    def _tokenize(self, texts: Sequence[str]) -> Steps[list[list[int]]]:
+    def tokenize_steps(self, texts: Sequence[str]) -> Steps[list[list[int]]]:
+        """The token ids of ``texts``, as the server tokenises them in a prompt."""
         if self.tokenizer is not None:
             # The local tokenizer, checked against the server's where it has one
             # (_check_tokenizer_steps): no round trips, and servers without a tokenizer work.
@@ -161,27 +163,27 @@ class Procedure:
             return plan.render("probe", step)
         return plan.with_tokenizer(self.tokenizer).encode(["probe"], step)[0]
 
-    def _generate_plan_steps(self, labels: LabelSet, max_model_len: int, lists: _Lists) -> Steps[ClassifierPlan]:
+    def _generate_plan_steps(self, labels: LabelSet, max_model_len: int, lists: PromptLists) -> Steps[ClassifierPlan]:
         if labels.layout == "compact":  # its head padded to whole cache blocks
-            head_tokens = yield from self._tokenize([labels.unpadded_head()])
+            head_tokens = yield from self.tokenize_steps([labels.unpadded_head()])
             labels = labels.padded(len(head_tokens[0]))
         scoring: Any
         paths: tuple[tuple[int, ...], ...] = ()
         text_prompts_work = True
         end_token = None
         if labels.multi_label:
-            yes_no = yield from self._tokenize(["yes", "no"])
+            yes_no = yield from self.tokenize_steps(["yes", "no"])
             scoring, steps = "yes_no", yes_no_steps(labels, yes_no, "on this server")
         else:
-            *label_tokens, end = yield from self._tokenize([*labels.labels, "<|im_end|>"])
+            *label_tokens, end = yield from self.tokenize_steps([*labels.labels, "<|im_end|>"])
             end_token = end[0]
             scoring, steps, paths = plan_steps(label_tokens, end_token, labels.answer_suffix)
             if scoring == "label_sequences":
-                with_text = yield from self._path_texts(steps)
+                with_text = yield from self.path_texts_steps(steps)
                 text_prompts_work = with_text is not None  # each label prefix survives a round trip as text
                 steps = with_text or steps
         distinct_tails = sorted({s.tail for s in steps})
-        counts = yield from self._tokenize([labels.render_head(), *distinct_tails])
+        counts = yield from self.tokenize_steps([labels.render_head(), *distinct_tails])
         tail_tokens = dict(zip(distinct_tails, map(len, counts[1:]), strict=True))
         overhead = len(counts[0]) + max(tail_tokens[s.tail] + len(s.path) for s in steps)
         plan = ClassifierPlan.generate(
@@ -197,14 +199,14 @@ class Procedure:
             return _constrained_choice(plan)
         # vLLM versions differ: ask for the answer tokens' logprobs and see if they come back.
         k = vllm_api.probe_step(plan)
-        probe = yield from self._probe_steps(plan, k, lists)
+        probe = yield from self.probe_steps(plan, k, lists)
         if vllm_api.probe_has_logprob_token_ids(plan, probe):
             return plan
         if scoring == "label_sequences":  # top-k logprobs cannot score every node's tokens
             return _constrained_choice(plan)
         return dataclasses.replace(plan, has_logprob_token_ids=False)
 
-    def _path_texts(self, steps: tuple[Step, ...]) -> Steps[tuple[Step, ...] | None]:
+    def path_texts_steps(self, steps: tuple[Step, ...]) -> Steps[tuple[Step, ...] | None]:
         """Each trie node's label tokens as text, checked to tokenise back to those tokens
         (after the prompt's closing newlines, a label's tokens start a fresh word). None when
         one does not: those labels cannot be continued from a text prompt."""
@@ -217,13 +219,13 @@ class Procedure:
                 texts = [vllm_api.parse_detokenize(_raise_any([r])[0]) for r in replies]
             except QwenFastError:
                 return None
-        back = yield from self._tokenize(texts)
+        back = yield from self.tokenize_steps(texts)
         if any(tuple(ids) != s.path for ids, s in zip(back, inner, strict=True)):
             return None
         by_path = {s.path: t for s, t in zip(inner, texts, strict=True)}
         return tuple(dataclasses.replace(s, path_text=by_path.get(s.path, "")) for s in steps)
 
-    def _head_plan_steps(self, labels: LabelSet, max_model_len: int, lists: _Lists) -> Steps[ClassifierPlan]:
+    def _head_plan_steps(self, labels: LabelSet, max_model_len: int, lists: PromptLists) -> Steps[ClassifierPlan]:
         plan = ClassifierPlan(
             label_set=labels,
             scoring="head",
@@ -235,7 +237,7 @@ class Procedure:
             has_logprob_token_ids=False,
         )
         try:
-            probe = yield from self._probe_steps(plan, 0, lists)
+            probe = yield from self.probe_steps(plan, 0, lists)
         except ServerStatusError as exc:
             if exc.status_code != 404:
                 raise
@@ -287,12 +289,15 @@ class Procedure:
         *,
         max_concurrency: int = 1,
         batch_size: int | None = None,
+        usage: UsageLedger | None = None,
     ) -> Steps[list[Any]]:
-        """Classify ``inputs`` down the hierarchy; every slot ends as a Classification or an
-        exception, in input order. ``examples``: each input's selected examples, rendered.
-        Prompts per request: ``batch_size``, else the settings', else :func:`batch_size_for`
-        with ``max_concurrency`` requests in flight."""
-        sizes = _Sizes(max_concurrency, batch_size or self.settings.batch_size)
+        """Classify ``inputs`` down the hierarchy; every slot ends as a Classification (a
+        :class:`Decided` under a decision plan) or an exception, in input order.
+        ``examples``: each input's selected examples, rendered. Prompts per request:
+        ``batch_size``, else the settings', else :func:`batch_size_for` with
+        ``max_concurrency`` requests in flight. ``usage``: each body's share of the replies'
+        token counts goes there."""
+        sizes = _Sizes(max_concurrency, batch_size or self.settings.batch_size, usage)
         results = yield from self._level_steps(inputs, plans[()], (), examples, sizes)
         if len(plans) > 1:  # a hierarchy: every result carries its path
             results = [_with_path(r) if isinstance(r, Classification) else r for r in results]
@@ -334,7 +339,7 @@ class Procedure:
         result goes to every input with that body."""
         level = _Level(inputs, plan, examples)
         keys = self._cache_keys(plan, node, level.bodies)
-        outcome: dict[str, Any] = self._cached(keys)
+        outcome: dict[str, Any] = self._cached(plan, keys)
         #: token ids of bodies tokenised here for their length check, to send as they are
         prompt_of: dict[str, list[int]] = {}
         unsure = [b for b in level.bodies if b not in outcome and _may_be_too_long(plan, b)]
@@ -356,7 +361,7 @@ class Procedure:
         fingerprint = self._fingerprint(plan, node)
         return {b: hashlib.sha256(f"{fingerprint}\0{b}".encode()).hexdigest() for b in bodies}
 
-    def _cached(self, keys: Mapping[str, str]) -> dict[str, Any]:
+    def _cached(self, plan: ClassifierPlan, keys: Mapping[str, str]) -> dict[str, Any]:
         """The cached results of the bodies of ``keys``; a corrupt entry is a miss."""
         if self.cache is None or not keys:
             return {}
@@ -364,7 +369,7 @@ class Procedure:
         found = {}
         for key, cached in _looked_up(self.cache, list(body_of)).items():
             try:
-                found[body_of[key]] = Classification.model_validate(cached)
+                found[body_of[key]] = _result_type(plan).model_validate(cached)
             except ValueError as exc:
                 _log.warning("cache entry %s unreadable, asked again: %s", key[:12], exc)
         return found
@@ -372,7 +377,7 @@ class Procedure:
     def _store(self, keys: Mapping[str, str], asked: list[str], outcome: Mapping[str, Any]) -> None:
         """The asked bodies' fresh results into the cache, if any."""
         if self.cache is not None:
-            fresh = [b for b in asked if isinstance(outcome[b], Classification)]
+            fresh = [b for b in asked if isinstance(outcome[b], (Classification, Decided))]
             _store(self.cache, {keys[b]: outcome[b].model_dump(mode="json") for b in fresh})
 
     def _server_length_steps(self, plan: ClassifierPlan, unsure: list[str], outcome: dict[str, Any]) -> Steps[None]:
@@ -389,6 +394,8 @@ class Procedure:
         if failed is not None:
             return failed
         try:
+            if isinstance(plan, DecisionPlan):
+                return Decided(answers=[self._result(_predicted(part, got), part) for part, got in plan.split(answers)])
             return self._result(vllm_api.combine(plan, answers), plan)
         except QwenFastError as exc:
             return exc
@@ -412,6 +419,8 @@ class Procedure:
                     split += [group[:half], group[half:]]
                 else:
                     _assign(plan, reply, group, answers)
+                    if sizes.usage is not None:
+                        sizes.usage.record(reply, [(b, plan.steps[k].tail) for b, k in group])
             groups = split
         return answers
 
@@ -468,7 +477,7 @@ class Procedure:
 
 
 @dataclass
-class _Lists:
+class PromptLists:
     """What the set-up has learnt of the server's request shape: whether it takes a list of
     prompts in one request (None: not yet known)."""
 
@@ -486,6 +495,8 @@ class _Sizes:
 
     max_concurrency: int
     batch_size: int | None
+    #: where each body's share of the replies' token counts goes, if anywhere
+    usage: UsageLedger | None = None
 
     def group_size(self, prompts: int) -> int:
         """Prompts per request for ``prompts`` prompts asked alike."""
@@ -519,6 +530,17 @@ class _Level:
             for i in places:
                 self._results[i] = outcome[body]
         return self._results
+
+
+def _predicted(part: ClassifierPlan, answers: Sequence[Any]) -> Prediction:
+    """A decision question's prediction from its steps' answers; a one-label choice, which
+    has no steps, is certain."""
+    return vllm_api.combine(part, answers) if part.steps else Prediction(0, (1.0,))
+
+
+def _result_type(plan: ClassifierPlan) -> type[Classification] | type[Decided]:
+    """What a body's result under ``plan`` is (and its cache entry holds)."""
+    return Decided if isinstance(plan, DecisionPlan) else Classification
 
 
 def _may_be_too_long(plan: ClassifierPlan, body: str) -> bool:
@@ -660,4 +682,4 @@ def _raise_any(results: list[Any]) -> list[Any]:
     return results
 
 
-__all__ = ["Node", "Procedure", "Rules"]
+__all__ = ["Node", "Procedure", "PromptLists", "Rules"]

@@ -71,8 +71,8 @@ _BOUNDARY_MARGIN = 2
 #: A rendered prompt: text, or the token ids of that text.
 Prompt = str | list[int]
 
-_SYSTEM_OPEN = "<|im_start|>system\n"
-_TURN_END = "<|im_end|>\n"
+SYSTEM_OPEN = "<|im_start|>system\n"
+TURN_END = "<|im_end|>\n"
 USER_OPEN = "<|im_start|>user\n"
 #: Closes the user turn and opens the assistant's with an empty think block (thinking off).
 PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
@@ -209,7 +209,7 @@ class LabelSet:
             lines += ["Labels:", *(f"- {self._describe(label)}" for label in self.labels)]
         else:
             lines.append("Labels: " + ", ".join(self.labels))
-        return _SYSTEM_OPEN + "\n".join(lines) + _TURN_END + self.render_examples(self.examples)
+        return SYSTEM_OPEN + "\n".join(lines) + TURN_END + self.render_examples(self.examples)
 
     def render_examples(self, examples: Sequence[tuple[str, tuple[str, ...]]]) -> str:
         """Examples as turns: single-label, a user turn with the text and an assistant turn
@@ -225,9 +225,9 @@ class LabelSet:
             lines = ["Examples:"]
             for text, labels in examples:
                 lines += [f"Text: {neutralize_control_tokens(text)}", f"Labels: {', '.join(labels) or 'none'}"]
-            return USER_OPEN + "\n".join(lines) + _TURN_END
+            return USER_OPEN + "\n".join(lines) + TURN_END
         return "".join(
-            f"{USER_OPEN}{neutralize_control_tokens(text)}{_TURN_END}<|im_start|>assistant\n{labels[0]}{_TURN_END}"
+            f"{USER_OPEN}{neutralize_control_tokens(text)}{TURN_END}<|im_start|>assistant\n{labels[0]}{TURN_END}"
             for text, labels in examples
         )
 
@@ -240,7 +240,7 @@ class LabelSet:
         longer wording)."""
         if self.layout == "compact":
             return f"{COMPACT_SUFFIX}{label}?"
-        return f"{_TURN_END}{USER_OPEN}Does {label!r} apply?{PROMPT_SUFFIX}"
+        return f"{TURN_END}{USER_OPEN}Does {label!r} apply?{PROMPT_SUFFIX}"
 
     def _describe(self, label: str) -> str:
         desc = self.descriptions.get(label)

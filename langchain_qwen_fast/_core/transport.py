@@ -667,6 +667,32 @@ async def _acapture(fn: Callable[..., Awaitable[T]], *args: Any) -> T | Exceptio
 Steps = Generator[list[Call], list[Any], T]
 
 
+def gather(runs: Sequence[Steps[T]]) -> Steps[list[T]]:
+    """Several procedures side by side, as one: each round sends every unfinished one's calls
+    together (so they share the requests in flight) and hands each its own replies; returns
+    their values in order."""
+    values: list[Any] = [None] * len(runs)
+    pending: dict[int, list[Call]] = {}
+    for i, run in enumerate(runs):
+        try:
+            pending[i] = next(run)
+        except StopIteration as done:
+            values[i] = done.value
+    while pending:
+        order = list(pending)
+        replies = yield [call for i in order for call in pending[i]]
+        start = 0
+        for i in order:
+            count = len(pending[i])
+            try:
+                pending[i] = runs[i].send(replies[start : start + count])
+            except StopIteration as done:
+                values[i] = done.value
+                del pending[i]
+            start += count
+    return values
+
+
 def drive(transport: Transport, steps: Steps[T], max_concurrency: int) -> T:
     """Run ``steps`` with blocking I/O."""
     try:

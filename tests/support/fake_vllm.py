@@ -222,7 +222,10 @@ class FakeVLLM:
                     "finish_reason": "length",
                 }
             )
-        return self._json({"object": "text_completion", "choices": choices})
+        prompt_tokens = sum(len(p) if isinstance(p, list) else len(toy_tokenize(p)) for p in prompts)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(prompts)}
+        usage["total_tokens"] = prompt_tokens + len(prompts)
+        return self._json({"object": "text_completion", "choices": choices, "usage": usage})
 
     def _classify(self, body: dict[str, Any]) -> httpx.Response:
         if self.head_classes is None:

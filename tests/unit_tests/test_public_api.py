@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOP_LEVEL = [
     "ChatQwenFast",
     "Classification",
+    "ClassifierDecisionModel",
     "ClassifierInput",
     "ClassifierRouter",
     "ConfigurationError",
@@ -28,6 +29,7 @@ TOP_LEVEL = [
     "InvalidInputError",
     "LabelParseError",
     "QwenClassifier",
+    "QwenDecisionModel",
     "QwenFastError",
     "ResponseFormatError",
     "ServerConnectionError",
@@ -50,7 +52,7 @@ MODULE_ALL = {
         "classify_dataset",
         "classify_table",
     ],
-    "langchain_qwen_fast._core.procedure": ["Node", "Procedure", "Rules"],
+    "langchain_qwen_fast._core.procedure": ["Node", "Procedure", "PromptLists", "Rules"],
     "langchain_qwen_fast._core.processes": [
         "MIN_ITEMS_PER_PROCESS",
         "ClientProcesses",
@@ -63,7 +65,7 @@ MODULE_ALL = {
 #: Names the README, the guides and the examples import, by module (kept even if a page stops
 #: showing one: a user's code may still import it).
 DOCUMENTED = {
-    "langchain_qwen_fast": ["ChatQwenFast", "Classification", "QwenClassifier", "label_edge"],
+    "langchain_qwen_fast": ["ChatQwenFast", "Classification", "QwenClassifier", "QwenDecisionModel", "label_edge"],
     "langchain_qwen_fast.caches": ["ClassificationCache", "InMemoryCache", "SQLiteCache"],
     "langchain_qwen_fast.errors": ["ConfigurationError", "DataFileError", "MissingDependencyError", "ServerStartError"],
     "langchain_qwen_fast.routing": ["ClassifierRouter", "classifier_tool", "label_edge"],

@@ -1,0 +1,385 @@
+"""Decisions: typed questions about a state, each answered from its answer tokens'
+probabilities in one decode step. Pure: no I/O, no LangChain.
+
+A request is a state (text, a conversation, or JSON) and a :class:`QuestionSet`. Every
+question becomes a label set of its own: a ``choice`` its labels, a ``noul`` ``yes`` and
+``no``, a ``score`` its levels ``0`` .. ``n-1``. The prompt puts what is shared first, so
+that vLLM's prefix cache computes it once:
+
+    head     system turn: every question of the set, numbered, with its answers
+    body     user turn: the state, rendered (:func:`render_state`)
+    tail     one per question: a short user turn naming the question, then the assistant
+             turn's opening (+ the label tokens already given, where labels share tokens)
+
+One question set over many states shares the head; many questions over one state share the
+head and the state, and each question adds only its tail. The answers are read exactly as
+``QwenClassifier`` reads labels (:mod:`~langchain_qwen_fast._core.prompting`): one step over
+distinct first tokens, a step per node of the labels' token trie where they share first tokens.
+
+Confidence (the same in the LangChain model and on ``/v1/decisions``):
+
+* ``choice``: the chosen label's probability.
+* ``score``: ``1 - sd / sd_max``, where ``sd`` is the standard deviation of the level
+  distribution and ``sd_max = (n - 1) / 2`` the largest a distribution over ``n`` levels can
+  have (half on each end): 1 when every bit of probability is on one level, 0 when it is
+  split evenly between the two ends.
+* ``noul``: none; the probability of yes is the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_qwen_fast._core.prompting import (
+    PROMPT_SUFFIX,
+    SYSTEM_OPEN,
+    TURN_END,
+    USER_OPEN,
+    ClassifierPlan,
+    LabelSet,
+    neutralize_control_tokens,
+)
+from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
+
+#: The question types a Qwen decision model answers (``Box`` needs an image: it does not).
+QuestionKind = Literal["noul", "choice", "score"]
+#: A ``noul``'s answers: the probability of the first is the answer.
+NOUL_LABELS = ("yes", "no")
+#: Content blocks that carry media rather than text, in LangChain's and OpenAI's formats.
+MEDIA_TYPES = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "video", "file", "input_file"})
+
+DECISION_INSTRUCTIONS = (
+    "Answer questions about the input in the next user turn. Each question is asked on its own: "
+    "answer it with one of its answers only."
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of a conversation, as text: its role (``user``, ``assistant``, ``system``,
+    ``tool``) and its text."""
+
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
+class DecisionQuestion:
+    """One question, as the prompt asks it: its name (the answer's key), its kind, its
+    instructions as text, and its answers with their descriptions (None: no description)."""
+
+    name: str
+    kind: QuestionKind
+    instructions: str
+    labels: tuple[str, ...]
+    descriptions: tuple[str | None, ...]
+    #: a score's levels as given, as JSON text (the answer's legend gives them back)
+    legend: str = ""
+
+    @classmethod
+    def noul(cls, name: str, instructions: Any, true: Any = None, false: Any = None) -> DecisionQuestion:
+        """A yes/no question; ``true`` and ``false`` describe what counts as each."""
+        where = f"question {name!r}"
+        return cls(
+            name,
+            "noul",
+            content_text(instructions, f"{where} instructions"),
+            NOUL_LABELS,
+            (optional_text(true, f"{where} criteria.true"), optional_text(false, f"{where} criteria.false")),
+        )
+
+    @classmethod
+    def choice(cls, name: str, instructions: Any, criteria: Mapping[str, Any]) -> DecisionQuestion:
+        """One label of ``criteria`` (label -> description)."""
+        where = f"question {name!r}"
+        labels = tuple(criteria)
+        if not labels:
+            raise InvalidInputError(f"{where}: a choice needs at least one label")
+        for label in labels:
+            if not isinstance(label, str) or not label.strip() or label != label.strip():
+                raise InvalidInputError(f"{where}: label {label!r} must be non-empty text without surrounding spaces")
+        descriptions = tuple(optional_text(criteria[x], f"{where} criteria[{x!r}]") for x in labels)
+        return cls(name, "choice", content_text(instructions, f"{where} instructions"), labels, descriptions)
+
+    @classmethod
+    def score(cls, name: str, instructions: Any, levels: Sequence[Any]) -> DecisionQuestion:
+        """A level ``0`` .. ``n-1`` of ``levels`` (their descriptions, in order; two at least)."""
+        where = f"question {name!r}"
+        if len(levels) < 2:
+            raise InvalidInputError(f"{where}: a score needs at least two levels, got {len(levels)}")
+        described = tuple(optional_text(level, f"{where} criteria[{i}]") for i, level in enumerate(levels))
+        labels = tuple(str(i) for i in range(len(levels)))
+        legend = json.dumps(_json_value(list(levels), f"{where} criteria"), ensure_ascii=False)
+        return cls(name, "score", content_text(instructions, f"{where} instructions"), labels, described, legend)
+
+    def render(self, number: int) -> str:
+        """This question in the prompt's head, as question ``number``."""
+        lines = [f"Question {number}: {neutralize_control_tokens(self.instructions)}"]
+        if self.kind == "noul":
+            lines.append("Answer yes or no.")
+        elif self.kind == "score":
+            lines.append(f"Answer with a level from 0 to {len(self.labels) - 1}:")
+        else:
+            lines.append("Answer with one of: " + ", ".join(map(neutralize_control_tokens, self.labels)) + ".")
+        for label, description in zip(self.labels, self.descriptions, strict=True):
+            if description is not None or self.kind == "score":
+                text = neutralize_control_tokens(description or "")
+                lines.append(f"- {neutralize_control_tokens(label)}: {text}".rstrip())
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class QuestionSet:
+    """The questions of a request, in order (hashable: requests with the same set share a
+    plan, and their prompts share its head)."""
+
+    questions: tuple[DecisionQuestion, ...]
+
+    def __post_init__(self) -> None:
+        if not self.questions:
+            raise InvalidInputError("questions is empty: ask at least one question")
+        names = [q.name for q in self.questions]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise InvalidInputError(f"question names must be distinct; repeated: {repeated}")
+
+    def render_head(self) -> str:
+        """The fixed start of every prompt of this set: a system turn with every question."""
+        parts = [DECISION_INSTRUCTIONS, *(q.render(k) for k, q in enumerate(self.questions, 1))]
+        return SYSTEM_OPEN + "\n\n".join(parts) + TURN_END
+
+    @staticmethod
+    def tail(number: int) -> str:
+        """What follows the state to ask question ``number``: short, as it is computed once
+        per question and state."""
+        return f"{TURN_END}{USER_OPEN}Answer question {number}.{PROMPT_SUFFIX}"
+
+    def label_set(self, index: int) -> LabelSet:
+        """Question ``index``'s answers as a label set (only a one-label choice has fewer
+        than two, and it is answered without asking)."""
+        question = self.questions[index]
+        if len(question.labels) < 2:
+            return LabelSet(question.labels, {}, question.instructions)
+        try:
+            return LabelSet.build(question.labels)
+        except ConfigurationError as exc:
+            raise InvalidInputError(f"question {question.name!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class DecisionPlan(ClassifierPlan):
+    """A question set's plan: the shared head, every question's steps one after another, and
+    each question's own plan (its label set, scoring and steps) to read its answer with."""
+
+    questions: QuestionSet | None = None
+    parts: tuple[ClassifierPlan, ...] = ()
+
+    def split(self, answers: Sequence[Any]) -> Iterator[tuple[ClassifierPlan, Sequence[Any]]]:
+        """Each question's plan and its share of a state's step answers."""
+        start = 0
+        for part in self.parts:
+            yield part, answers[start : start + len(part.steps)]
+            start += len(part.steps)
+
+    def with_capabilities(self, **changes: Any) -> DecisionPlan:
+        """This plan, and each question's, with ``changes`` (what the set-up learnt)."""
+        parts = tuple(dataclasses.replace(p, **changes) for p in self.parts)
+        return dataclasses.replace(self, parts=parts, **changes)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One question's answer: its probabilities, one per answer in the question's order
+    (temperature applied), and whether it was refused (a choice under ``abstain_below``)."""
+
+    question: DecisionQuestion
+    probabilities: tuple[float, ...]
+    refused: bool = False
+
+    @property
+    def by_label(self) -> dict[str, float]:
+        """Each answer's probability by its label."""
+        return dict(zip(self.question.labels, self.probabilities, strict=True))
+
+    @property
+    def yes(self) -> float:
+        """A noul's answer: the probability of yes."""
+        return self.probabilities[0]
+
+    @property
+    def choice(self) -> str:
+        """A choice's most probable label (the first of equals)."""
+        best = max(range(len(self.probabilities)), key=self.probabilities.__getitem__)
+        return self.question.labels[best]
+
+    @property
+    def score(self) -> float:
+        """A score's expected level."""
+        return sum(i * p for i, p in enumerate(self.probabilities))
+
+    @property
+    def confidence(self) -> float:
+        """See the module docstring: the chosen label's probability for a choice, one less
+        the relative spread of the levels for a score."""
+        if self.question.kind != "score":
+            return max(self.probabilities)
+        mean = self.score
+        spread = math.sqrt(max(0.0, sum(p * (i - mean) ** 2 for i, p in enumerate(self.probabilities))))
+        widest = (len(self.probabilities) - 1) / 2
+        return min(1.0, max(0.0, 1.0 - spread / widest))
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """The tokens a request's prompts took: prompt tokens, those of them the server's
+    prefix cache held (None where it does not report them), and output tokens."""
+
+    prompt: int = 0
+    cached: int | None = None
+    output: int = 0
+
+
+class UsageLedger:
+    """The tokens each prompt body took, summed over its requests. A request that carried
+    several bodies' prompts (vLLM counts a request's tokens, not a prompt's) gives each
+    prompt a share of its counts in proportion to the prompt's length."""
+
+    def __init__(self) -> None:
+        self._shares: dict[str, list[float]] = {}
+
+    def record(self, reply: Any, prompts: Sequence[tuple[str, str]]) -> None:
+        """A request's reply, for its ``(body, tail)`` prompts (an error reply took nothing)."""
+        counts = parse_usage(reply)
+        if counts is None or not prompts:
+            return
+        weights = [len(body) + len(tail) + 1 for body, tail in prompts]
+        total = sum(weights)
+        for (body, _), weight in zip(prompts, weights, strict=True):
+            share = self._shares.setdefault(body, [0.0, 0.0, 0.0, 0.0])
+            for i, count in enumerate(counts):
+                share[i] += -1.0 if count is None else count * weight / total
+            share[3] += 1
+
+    def of(self, body: str) -> TokenUsage:
+        """What ``body``'s prompts took (nothing for a body answered from the cache)."""
+        prompt, cached, output, _ = self._shares.get(body, (0.0, 0.0, 0.0, 0.0))
+        return TokenUsage(round(prompt), None if cached < 0 else round(cached), round(output))
+
+
+def parse_usage(reply: Any) -> tuple[int, int | None, int] | None:
+    """A completions reply's ``(prompt tokens, cached prompt tokens or None, output tokens)``,
+    or None for an error or a reply without counts."""
+    usage = reply.get("usage") if isinstance(reply, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    try:
+        return (
+            int(usage.get("prompt_tokens") or 0),
+            None if cached is None else int(cached),
+            int(usage.get("completion_tokens") or 0),
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class DecisionOutcome:
+    """One request's answers, in its questions' order, and what it took."""
+
+    answers: tuple[Answered, ...]
+    usage: TokenUsage
+
+
+# -- the state, rendered --------------------------------------------------------------------
+def render_state(state: Any) -> str:
+    """A state as the text the prompt carries: text as it is; a conversation as one
+    ``role: text`` line per turn; JSON (objects and arrays, turns anywhere inside as
+    ``{"role", "content"}`` objects) as compact JSON with sorted keys, so that equal states
+    always render alike. :class:`InvalidInputError` names what cannot be rendered: a media
+    block, a value JSON has no form for, an empty state."""
+    if isinstance(state, str):
+        if not state.strip():
+            raise InvalidInputError("state is empty or whitespace only")
+        return state
+    if isinstance(state, Turn):
+        return _turn_line(state)
+    if isinstance(state, Sequence) and not isinstance(state, (bytes, bytearray)):
+        if not state:
+            raise InvalidInputError("state is an empty list")
+        if all(isinstance(item, Turn) for item in state):
+            return "\n".join(_turn_line(turn) for turn in state)
+    if isinstance(state, (Mapping, Sequence)) and not isinstance(state, (bytes, bytearray)):
+        return json.dumps(_json_value(state, "state"), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    kind = "None" if state is None else type(state).__name__
+    raise InvalidInputError(f"state must be text, messages, or a JSON object or array, got {kind}")
+
+
+def _turn_line(turn: Turn) -> str:
+    return f"{turn.role}: {turn.text}"
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """``value`` as plain JSON (turns as objects), or :class:`InvalidInputError` naming
+    ``where`` the first value JSON cannot carry is."""
+    if isinstance(value, Turn):
+        return {"role": value.role, "content": value.text}
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"{where} is {value}, which JSON cannot carry")
+        return value
+    if isinstance(value, Mapping):
+        if value.get("type") in MEDIA_TYPES:
+            raise InvalidInputError(f"{where} is a {value['type']!r} block: this model reads text only")
+        for key in value:
+            if not isinstance(key, str):
+                raise InvalidInputError(f"{where} has a key {key!r} that is not text")
+        return {key: _json_value(item, f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    raise InvalidInputError(f"{where} is a {type(value).__name__}, which JSON cannot carry")
+
+
+def content_text(content: Any, where: str) -> str:
+    """Question content (text, or a JSON object or array) as prompt text; media blocks and
+    empty text are refused, naming ``where``."""
+    if isinstance(content, str):
+        if not content.strip():
+            raise InvalidInputError(f"{where} is empty")
+        return content
+    if isinstance(content, (Mapping, Sequence)) and not isinstance(content, (bytes, bytearray)):
+        return json.dumps(_json_value(content, where), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    raise InvalidInputError(f"{where} must be text or JSON, got {type(content).__name__}")
+
+
+def optional_text(content: Any, where: str) -> str | None:
+    """:func:`content_text`, with None (no description) kept."""
+    return None if content is None else content_text(content, where)
+
+
+__all__ = [
+    "DECISION_INSTRUCTIONS",
+    "MEDIA_TYPES",
+    "NOUL_LABELS",
+    "Answered",
+    "DecisionOutcome",
+    "DecisionPlan",
+    "DecisionQuestion",
+    "QuestionKind",
+    "QuestionSet",
+    "TokenUsage",
+    "Turn",
+    "UsageLedger",
+    "content_text",
+    "optional_text",
+    "parse_usage",
+    "render_state",
+]
