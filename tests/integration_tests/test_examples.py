@@ -34,6 +34,7 @@ EXAMPLES = [
     ("agent_tool.py", "tool calls: 1"),
     ("langgraph_routing.py", "triage        <- ''"),
     ("multi_label_routing.py", "routes: {"),
+    ("agent_model_router.py", "runs routed: 2"),
 ]
 #: Rows of the classify-file example over client processes, and the one that cannot be classified.
 PROCESS_ROWS, BLANK_ROW = 2100, 5
