@@ -35,6 +35,7 @@ from langchain_qwen_fast._core.deciding import Decider, DecisionRequest
 from langchain_qwen_fast._core.decisions import (
     MEDIA_TYPES,
     DecisionOutcome,
+    DecisionPlan,
     DecisionQuestion,
     QuestionSet,
     Turn,
@@ -127,6 +128,12 @@ class QwenDecisionModel(EngineFields, BaseDecisionModel):
     def is_lc_serializable(cls) -> bool:
         """Not serialisable through LangChain's ``dumpd``."""
         return False
+
+    def prepare(self, questions: Mapping[str, Question]) -> DecisionPlan:
+        """Do the set-up for ``questions`` now (it otherwise happens on first use) and return
+        their plan: the rendered head every state's prompts start with, each question's decode
+        steps and the context budget, learnt from the server. Raises what the set-up ran into."""
+        return self._decider.plan(decision_request("set-up", questions)[1])
 
     # -- BaseDecisionModel ---------------------------------------------------------------
     def invoke(

@@ -1,0 +1,308 @@
+"""The decision model on servers, side by side in one run, each row beside vLLM's own ceiling
+for the same prompts:
+
+    python -m benchmarks.decisions --model .models/qwen3-tiny --states 2048 --long-states 64
+    python -m benchmarks.decisions --model DIR --gpus 0 --servers-per-gpu 6 --mps \\
+        --server-arg=--quantization --server-arg=fp8 --states 49152 --long-states 2048
+
+Rows:
+
+* ``choice``: one ``Choice`` (the four news labels) over many states, ``QwenDecisionModel.abatch``,
+  beside ``QwenClassifier.abatch`` on the same texts and labels (fresh texts for each).
+* ``nouls``: eight ``Noul`` questions about each of many long (~900-token) states, requests/s,
+  and the prompt tokens vLLM computes per state (its prefix-cache counters on ``/metrics``)
+  beside those of one ``Noul`` about other states of that length.
+* ``service``: ``qwen-fast api``'s ``POST /v1/decisions`` through the openai SDK
+  (``AsyncOpenAI().decisions.create``) with many callers, one state and one ``Choice`` each.
+
+The servers start once (the GPU profile without ``--disable-log-stats``, which would leave the
+prefix-cache counters at zero); after they stop, one engine a server answers each row's prompts
+(benchmarks/ceiling.py). Writes decisions.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.ceiling import Ceiling, CeilingWork, engine_spec, measure_ceilings, sampling_from_body
+from langchain_qwen_fast.bench.measure import LABELS
+from langchain_qwen_fast.bench.paths import request_body
+from langchain_qwen_fast.bench.report import Header, header, write_json
+from langchain_qwen_fast.testing.samples import news_items
+
+#: Words the long states are made of (support-ticket vocabulary; random weights read nothing).
+_WORDS = [
+    "billing",
+    "invoice",
+    "crash",
+    "login",
+    "payment",
+    "refund",
+    "account",
+    "error",
+    "server",
+    "outage",
+    "slow",
+    "customer",
+    "order",
+]
+#: Words in a long state: about 900 tokens.
+LONG_STATE_WORDS = 900
+NOULS = 8
+#: Callers of the service row.
+CALLERS = 256
+
+
+@dataclass
+class Row:
+    """One row: its rate, the comparison's rate, and the ceiling for the row's prompts."""
+
+    name: str
+    requests: int
+    per_s: float | None = None
+    compared_per_s: float | None = None
+    over_compared: float | None = None
+    ceiling: Ceiling | None = None
+    over_ceiling: float | None = None
+    #: ``nouls``: prompt tokens computed per state with eight questions, and with one
+    computed_per_state: float | None = None
+    computed_one_question: float | None = None
+    computed_ratio: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class DecisionsReport:
+    header: Header
+    servers: int = 0
+    server_args: list[str] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+
+
+def long_state(seed: int) -> str:
+    """A state of :data:`LONG_STATE_WORDS` words, new for every seed."""
+    rng = random.Random(seed)
+    return f"Ticket {seed}: " + " ".join(rng.choice(_WORDS) for _ in range(LONG_STATE_WORDS))
+
+
+def choice_questions() -> dict[str, Any]:
+    from langchain_core.decisions import Choice
+
+    return {"topic": Choice(instructions="Which section is this news item for?", criteria=dict.fromkeys(LABELS))}
+
+
+def noul_questions(count: int) -> dict[str, Any]:
+    from langchain_core.decisions import Noul
+
+    return {
+        f"concern{i}": Noul(instructions=f"Does the ticket raise concern {i} of the triage list?") for i in range(count)
+    }
+
+
+def prefix_counters(urls: Sequence[str]) -> tuple[float, float]:
+    """vLLM's prefix-cache queries and hits (tokens) summed over the servers."""
+    queries = hits = 0.0
+    for url in urls:
+        text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+        for name, value in re.findall(
+            r"^vllm:prefix_cache_(queries|hits)_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M
+        ):
+            if name == "queries":
+                queries += float(value)
+            else:
+                hits += float(value)
+    return queries, hits
+
+
+def _timed(make: Any) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = asyncio.run(make())
+    return time.perf_counter() - start, result
+
+
+def _work(model: Any, questions: dict[str, Any], states: list[str], warm: list[str]) -> CeilingWork:
+    """The ceiling's work: every question's prompt for every state, as the decision model
+    sends them (all its questions ask the same answer tokens)."""
+    plan = model.prepare(questions)
+
+    def prompts(texts: list[str]) -> list[Any]:
+        steps = range(len(plan.steps))
+        if plan.tokenizer is not None:
+            return [ids for k in steps for ids in plan.encode(texts, k)]
+        return [plan.render(t, k) for t in texts for k in steps]
+
+    timed = prompts(states)
+    sampling = sampling_from_body(request_body(plan, "qwen3", timed[:1]))
+    return CeilingWork(prompts=timed, warm_ups=prompts(warm), sampling=sampling)
+
+
+def measure(options: argparse.Namespace) -> DecisionsReport:
+    from langchain_qwen_fast import QwenClassifier, QwenDecisionModel
+    from langchain_qwen_fast.serving import ServerGroup, parse_gpus
+    from langchain_qwen_fast.serving.profiles import PROFILES, drop_flags
+
+    gpus = parse_gpus(options.gpus) if options.gpus else []
+    profile_flags = drop_flags(PROFILES["gpu"].args, ["--disable-log-stats"]) if gpus else []
+    out = Path(options.out)
+    report = DecisionsReport(header=header(options.label), server_args=list(options.server_arg))
+    group = ServerGroup(
+        options.model,
+        gpus=gpus,
+        servers_per_gpu=options.servers_per_gpu,
+        mps=options.mps,
+        log_dir=out / "logs",
+        profile="default" if gpus else "cpu",
+        served_model_name="qwen3",
+        max_model_len=4096,  # room for the long states
+        extra_args=[*profile_flags, *options.server_arg],
+    )
+    works: list[CeilingWork] = []
+    with group:
+        urls = list(group.base_urls)
+        report.servers = len(urls)
+        settings: dict[str, Any] = {"base_url": urls, "model": "qwen3", "tokenizer_path": options.tokenizer}
+        decisions = QwenDecisionModel(**settings)
+        classifier = QwenClassifier(labels=LABELS, **settings)
+        texts = news_items(3 * options.states + 512)
+        warm, first, second, third = (
+            texts[:512],
+            *(texts[512 + i * options.states :][: options.states] for i in range(3)),
+        )
+        choice = choice_questions()
+        asyncio.run(decisions.abatch([{"state": t, "questions": choice} for t in warm]))
+        classifier.batch(warm)
+        row = Row("choice", options.states)
+        seconds, _ = _timed(lambda: decisions.abatch([{"state": t, "questions": choice} for t in first]))
+        row.per_s = round(options.states / seconds, 1)
+        seconds, _ = _timed(lambda: classifier.abatch(second))
+        row.compared_per_s = round(options.states / seconds, 1)
+        report.rows.append(row)
+        works.append(_work(decisions, choice, third, warm[:64]))
+        print(f"choice: {row.per_s}/s, QwenClassifier.abatch {row.compared_per_s}/s", flush=True)
+
+        eight, one = noul_questions(NOULS), noul_questions(1)
+        n = options.long_states
+        for questions in (eight, one):  # each set's head in every server's cache
+            decisions.batch([{"state": long_state(10**6 + i), "questions": questions} for i in range(len(urls) * 2)])
+        row = Row("nouls", n)
+        before = prefix_counters(urls)
+        seconds, _ = _timed(lambda: decisions.abatch([{"state": long_state(i), "questions": eight} for i in range(n)]))
+        after = prefix_counters(urls)
+        row.per_s = round(n / seconds, 1)
+        row.computed_per_state = round(((after[0] - before[0]) - (after[1] - before[1])) / n, 1)
+        decisions.batch([{"state": long_state(n + i), "questions": one} for i in range(n)])
+        again = prefix_counters(urls)
+        row.computed_one_question = round(((again[0] - after[0]) - (again[1] - after[1])) / n, 1)
+        row.computed_ratio = round(row.computed_per_state / row.computed_one_question, 3)
+        report.rows.append(row)
+        works.append(
+            _work(decisions, eight, [long_state(2 * n + i) for i in range(n)], [long_state(-i) for i in range(8)])
+        )
+        print(f"nouls: {row.per_s} states/s, {row.computed_per_state} tokens computed a state with {NOULS} "
+              f"questions, {row.computed_one_question} with one ({row.computed_ratio}x)", flush=True)  # fmt: skip
+        if options.service:
+            report.rows.append(_service_row(options, urls, texts[: options.service_requests]))
+        write_json(out / "decisions.json", report)
+    specs = [engine_spec(server) for server in group.servers]
+    for row, ceiling in zip(report.rows, measure_ceilings(specs, works, options.ceiling_timeout), strict=False):
+        row.ceiling = ceiling
+        if ceiling.per_s:
+            per_request = ceiling.per_s / (NOULS if row.name == "nouls" else 1)
+            row.over_ceiling = round((row.per_s or 0) / per_request, 3)
+    for row in report.rows:
+        if row.name == "service" and report.rows[0].ceiling is not None:  # the choice row's prompts
+            row.ceiling = report.rows[0].ceiling
+            if row.ceiling.per_s and row.per_s:
+                row.over_ceiling = round(row.per_s / row.ceiling.per_s, 3)
+        if row.per_s and row.compared_per_s:
+            row.over_compared = round(row.per_s / row.compared_per_s, 3)
+    write_json(out / "decisions.json", report)
+    return report
+
+
+def _service_row(options: argparse.Namespace, urls: list[str], texts: list[str]) -> Row:
+    """``POST /v1/decisions`` through the openai SDK, :data:`CALLERS` callers at once."""
+    import openai
+
+    from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.serving.service import ServiceOptions, create_app
+    from langchain_qwen_fast.testing.service import BackgroundService
+
+    row = Row("service", len(texts))
+    question = {
+        "type": "choice",
+        "name": "topic",
+        "instructions": "Which section is this news item for?",
+        "choices": [{"value": label} for label in LABELS],
+    }
+    classifier = QwenClassifier(labels=LABELS, base_url=urls, model="qwen3")
+    with BackgroundService(create_app(classifier, ServiceOptions(api_key="bench-key"))) as service:
+        client = openai.AsyncOpenAI(base_url=f"{service.url}/v1", api_key="bench-key", max_retries=0)
+
+        async def run() -> None:
+            gate = asyncio.Semaphore(CALLERS)
+
+            async def one(text: str) -> None:
+                async with gate:
+                    await client.decisions.create(model="qwen3", input=text, questions=[question])  # type: ignore[list-item]
+
+            await asyncio.gather(*(one(t) for t in texts[:CALLERS]))
+            start = time.perf_counter()
+            await asyncio.gather(*(one(t) for t in texts))
+            row.per_s = round(len(texts) / (time.perf_counter() - start), 1)
+
+        asyncio.run(run())
+    print(f"service: {row.per_s} requests/s through the openai SDK", flush=True)
+    return row
+
+
+def render(report: DecisionsReport) -> str:
+    lines = ["row       requests   per_s   compared  over_compared  ceiling/s  over_ceiling  computed ratio"]
+    for r in report.rows:
+        ceiling = r.ceiling.per_s if r.ceiling else None
+        lines.append(
+            f"{r.name:<9} {r.requests:>8} {r.per_s or '':>7} {r.compared_per_s or '':>10} {r.over_compared or '':>14} "
+            f"{ceiling or '':>10} {r.over_ceiling or '':>13} {r.computed_ratio or ''}"
+        )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.decisions", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, help="model directory to serve")
+    parser.add_argument("--tokenizer", help="send token ids made with this tokenizer (default: text prompts)")
+    parser.add_argument("--gpus", default="", help="GPU indices, e.g. 0 (default: CPU servers)")
+    parser.add_argument("--servers-per-gpu", type=int, default=1)
+    parser.add_argument("--mps", action="store_true", help="servers and engines under NVIDIA MPS")
+    parser.add_argument("--server-arg", action="append", default=[], metavar="FLAG", help="extra vLLM flag")
+    parser.add_argument("--states", type=int, default=2048, help="states of the choice row (default: 2048)")
+    parser.add_argument("--long-states", type=int, default=64, help="long states of the nouls row (default: 64)")
+    parser.add_argument("--no-service", dest="service", action="store_false", help="skip the service row")
+    parser.add_argument("--service-requests", type=int, default=2048, help="requests of the service row")
+    parser.add_argument("--ceiling-timeout", type=float, default=1800.0, help="seconds for the engines")
+    parser.add_argument("--out", default="out/decisions")
+    parser.add_argument("--label", default="", help="free text naming the machine, kept in the JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    report = measure(build_parser().parse_args(argv))
+    print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
