@@ -1,5 +1,5 @@
-"""``qwen-fast api``: a saved classifier served over HTTP (``POST /v1/classify``, ``/health``,
-``/ready``, ``/metrics``), in the foreground."""
+"""``qwen-fast api``: a saved classifier served over HTTP (``POST /v1/classify``,
+``POST /v1/decisions``, ``/health``, ``/ready``, ``/metrics``), in the foreground."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ Serve a saved classifier over HTTP, for clients in any language:
 
 POST /v1/classify takes {{"input": "one text"}} or {{"input": ["a", "b", ...]}} and answers each
 text's labels, probabilities and abstention; a list keeps each bad item's error in its place.
+POST /v1/decisions answers questions about an input in OpenAI's Decisions wire format (the
+openai client's decisions.create, langchain-openai's OpenAIClassifier), from the same server.
 Single texts are grouped: while every group slot is busy, arriving texts queue and go together
 as the next group, in one request to vLLM.
 
@@ -34,8 +36,8 @@ OpenAPI docs at /docs.
 
 The API key: put it in the environment ({API_KEY_ENV}, or the variable --api-key-env names) or
 in a file (--api-key-file), never on the command line, where other users of the machine can
-read it. With a key, /v1/classify and /metrics need "Authorization: Bearer <key>". Needs the
-'api' extra (FastAPI, uvicorn, prometheus-client)."""
+read it. With a key, /v1/classify, /v1/decisions and /metrics need "Authorization: Bearer
+<key>". Needs the 'api' extra (FastAPI, uvicorn, prometheus-client)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,6 +101,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ready-timeout", type=float, help="most seconds GET /ready takes to find out (default: %(default)s)"
+    )
+    p.add_argument(
+        "--max-questions",
+        type=int,
+        help="POST /v1/decisions: most questions in one request, each one prompt counted against "
+        "--max-queued-texts; more: 422 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-choices",
+        type=int,
+        help="POST /v1/decisions: most choices of a choice question or levels of a score; more: 422 "
+        "(default: %(default)s)",
     )
     p.set_defaults(**defaults(ServiceOptions))
 

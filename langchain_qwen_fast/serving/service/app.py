@@ -1,9 +1,10 @@
 """The service's application: :class:`ClassifyService` does each route's work, and
-:func:`create_app` wires it into FastAPI (routes, error handlers, the fast path in front).
+:func:`create_app` wires it into FastAPI (routes, error handlers, the fast paths in front).
 
 The work is reachable without an app: ``ClassifyService(classifier, options).respond(body,
-deadline)`` is the answer to a valid ``POST /v1/classify``, which both the fast path and
-FastAPI's route give."""
+deadline)`` is the answer to a valid ``POST /v1/classify``, and ``.decisions.respond(body,
+deadline)`` to a valid ``POST /v1/decisions`` (:mod:`.decisions`), which both the fast paths
+and FastAPI's routes give."""
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route functions'
 # annotations at runtime, and the classify route's body is a model made per service.
@@ -31,6 +32,12 @@ from langchain_qwen_fast.serving.service.answers import (
     service_error_answer,
 )
 from langchain_qwen_fast.serving.service.auth import APIKey
+from langchain_qwen_fast.serving.service.decisions import (
+    DECISIONS_PATH,
+    DecisionService,
+    DecisionsFastPath,
+    media_problem,
+)
 from langchain_qwen_fast.serving.service.fast_path import DEADLINE, ClassifyFastPath
 from langchain_qwen_fast.serving.service.metrics import ServiceMetrics
 from langchain_qwen_fast.serving.service.micro_batcher import MicroBatcher
@@ -38,10 +45,12 @@ from langchain_qwen_fast.serving.service.options import ServiceOptions
 from langchain_qwen_fast.serving.service.readiness import Readiness
 from langchain_qwen_fast.serving.service.schema import (
     REQUEST_ID_HEADER,
+    Decision,
     ErrorResponse,
     Health,
     Ready,
     answer_models,
+    decision_error_answers,
     error_answers,
     request_model,
 )
@@ -49,8 +58,9 @@ from langchain_qwen_fast.serving.service.schema import (
 
 class ClassifyService:
     """The work behind the service's routes, over one classifier: the grouping line
-    (:class:`MicroBatcher`), readiness, metrics and the answers. Made by :func:`create_app`;
-    needs the ``api`` extra's prometheus-client."""
+    (:class:`MicroBatcher`), readiness, metrics and the answers; ``decisions`` answers
+    ``POST /v1/decisions`` (:class:`DecisionService`). Made by :func:`create_app`; needs the
+    ``api`` extra's prometheus-client."""
 
     def __init__(self, classifier: QwenClassifier, options: ServiceOptions) -> None:
         self.options = options
@@ -67,6 +77,7 @@ class ClassifyService:
         self.readiness = Readiness(engine, self.batcher, options.ready_timeout)
         #: the body of ``POST /v1/classify`` under the options' limits
         self.request_type = request_model(options)
+        self.decisions = DecisionService(classifier, options, self.batcher, self.prometheus)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _: Any) -> AsyncIterator[None]:
@@ -120,6 +131,11 @@ class ClassifyService:
         deadline = scope.get(DEADLINE) or asyncio.get_running_loop().time() + self.options.request_timeout
         return _response(await self.respond(body, deadline))
 
+    async def decide(self, body: Any, scope: Mapping[str, Any]) -> Any:
+        """``POST /v1/decisions`` through FastAPI's route (what its fast path hands on)."""
+        deadline = scope.get(DEADLINE) or asyncio.get_running_loop().time() + self.options.request_timeout
+        return _response(await self.decisions.respond(body, deadline))
+
     async def health(self) -> Any:
         """Liveness: the service answers (it does not call the vLLM server; see /ready)."""
         return {"status": "ok"}
@@ -141,9 +157,12 @@ class ClassifyService:
 
     # -- every error in one shape, {"error": {"type", "message"}} ----------------------------
     async def invalid_request(self, request: Any, exc: Any) -> Any:
-        """A body that breaks the request schema (FastAPI's ``RequestValidationError``): 422."""
+        """A body that breaks the request schema (FastAPI's ``RequestValidationError``): 422. An
+        image or file part of a decisions request is named, rather than every part type the
+        schema would take in its place."""
         self.prometheus.refused(422)
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors())
+        named = media_problem(exc.body) if request.url.path == DECISIONS_PATH else None
+        problems = named or "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors())
         return _response(HTTPAnswer(422, dumps({"error": {"type": "InvalidInputError", "message": problems}}), {}))
 
 
@@ -208,6 +227,14 @@ def create_app(classifier: QwenClassifier, options: ServiceOptions | None = None
         request_type=service.request_type,
         on_refused=service.prometheus.refused,
     )
+    app.add_middleware(
+        DecisionsFastPath,
+        respond=service.decisions.respond,
+        key=options.key,
+        options=options,
+        request_type=service.decisions.request_type,
+        on_refused=service.prometheus.refused,
+    )
     return app
 
 
@@ -241,6 +268,27 @@ def _add_routes(app: Any, service: ClassifyService, label_names: list[str]) -> N
         response_description="The one text's result, or each listed text's result or error, in order",
         responses=error_answers(options, 400, 408, 413, 422, 429, 500, 502, 503, 504),
     )
+    app.add_api_route(
+        DECISIONS_PATH,
+        _decisions_route(service, service.decisions.request_type),
+        methods=["POST"],
+        dependencies=guarded,
+        response_model=Decision,
+        response_description="Each question's answer, in the questions' order (OpenAI's Decisions format)",
+        responses=decision_error_answers(options),
+    )
+
+
+def _decisions_route(service: ClassifyService, body_model: type[BaseModel]) -> Callable[..., Awaitable[Any]]:
+    """``POST /v1/decisions``' route function, its body's model made for this service's limits."""
+    from starlette.requests import Request
+
+    async def decisions(body: body_model, request: Request) -> Any:  # type: ignore[valid-type]
+        """Answer predicate, choice and score questions about an input (text, messages, tool calls and
+        outputs), in OpenAI's Decisions wire format."""
+        return await service.decide(body, request.scope)
+
+    return decisions
 
 
 def _classify_route(service: ClassifyService, body_model: type[BaseModel]) -> Callable[..., Awaitable[Any]]:

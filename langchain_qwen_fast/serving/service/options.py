@@ -25,9 +25,24 @@ DEFAULT_MAX_QUEUED_TEXTS = 4096
 DEFAULT_REQUEST_TIMEOUT = 60.0
 #: The most seconds ``GET /ready`` takes by default.
 DEFAULT_READY_TIMEOUT = 2.0
+#: The most questions in one ``POST /v1/decisions`` request by default: each is a prompt of
+#: its own, so a request's questions take that many places in the line.
+DEFAULT_MAX_QUESTIONS = 64
+#: The most choices of a choice question, or levels of a score, by default (OpenAI's
+#: Decisions API takes 2 to 255 choices).
+DEFAULT_MAX_CHOICES = 255
 
 #: The options that must be whole numbers of at least 1.
-_COUNTS = ("max_group", "workers", "max_body_bytes", "max_texts", "max_text_chars", "max_queued_texts")
+_COUNTS = (
+    "max_group",
+    "workers",
+    "max_body_bytes",
+    "max_texts",
+    "max_text_chars",
+    "max_queued_texts",
+    "max_questions",
+    "max_choices",
+)
 #: The options that must be positive numbers of seconds.
 _SECONDS = ("request_timeout", "ready_timeout")
 
@@ -41,7 +56,11 @@ class ServiceOptions:
     ``max_body_bytes`` a body (413), ``max_texts`` a list and ``max_text_chars`` a text (422),
     ``max_queued_texts`` waiting or in flight over all requests, a worker (429 with
     ``Retry-After``), ``request_timeout`` seconds from a request's arrival to its answer (504),
-    ``ready_timeout`` seconds for ``GET /ready``.
+    ``ready_timeout`` seconds for ``GET /ready``. ``POST /v1/decisions`` takes at most
+    ``max_questions`` questions (each a prompt, counted against ``max_queued_texts``, which
+    bounds them too: :attr:`questions_allowed`), each
+    with at most ``max_choices`` choices or levels (422), and its input rendered as text at most
+    ``max_text_chars`` characters (422).
     """
 
     #: Clients must send it as a bearer token (an empty key is refused; None: no key). Never
@@ -65,6 +84,10 @@ class ServiceOptions:
     max_queued_texts: int = DEFAULT_MAX_QUEUED_TEXTS
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     ready_timeout: float = DEFAULT_READY_TIMEOUT
+    #: ``POST /v1/decisions``: the most questions a request (each one prompt).
+    max_questions: int = DEFAULT_MAX_QUESTIONS
+    #: ``POST /v1/decisions``: the most choices of a choice question, or levels of a score.
+    max_choices: int = DEFAULT_MAX_CHOICES
 
     def __post_init__(self) -> None:
         if self.api_key is not None:
@@ -82,6 +105,14 @@ class ServiceOptions:
                 f"max_queued_texts ({self.max_queued_texts}) must be at least max_texts ({self.max_texts}): "
                 "a full list could never be taken"
             )
+        if self.max_choices < 2:
+            raise ConfigurationError(f"max_choices must be 2 or more (a choice needs two), not {self.max_choices}")
+
+    @property
+    def questions_allowed(self) -> int:
+        """The most questions a decisions request may ask: ``max_questions``, and no more than
+        ``max_queued_texts``, since a request of more prompts could never be taken."""
+        return min(self.max_questions, self.max_queued_texts)
 
     @property
     def key(self) -> APIKey | None:
@@ -91,6 +122,8 @@ class ServiceOptions:
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_CHOICES",
+    "DEFAULT_MAX_QUESTIONS",
     "DEFAULT_MAX_QUEUED_TEXTS",
     "DEFAULT_MAX_TEXTS",
     "DEFAULT_MAX_TEXT_CHARS",

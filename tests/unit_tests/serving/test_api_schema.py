@@ -2,9 +2,10 @@
 ``/openapi.json`` (schemathesis), sent in process to the app over the canned vLLM with the API
 key on, each get a status the document declares for the operation, a body valid against that
 status's schema and the declared content type; valid requests are accepted, invalid ones
-rejected, a request without the key refused, and none is answered 5xx. The document's rule for
-a blank text is the classifier's, code point by code point, and the vLLM server's failures
-answer as the document says too."""
+rejected, a request without the key refused, and none is answered 5xx: ``POST /v1/classify``
+and ``POST /v1/decisions`` alike. The document's rule for a blank text is the classifier's, code
+point by code point, and the vLLM server's failures answer as the document says too, on both
+routes."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ from tests.support.openapi import call_and_check
 
 KEY = "sk-schema-5"
 AUTHORISED = {"Authorization": f"Bearer {KEY}"}
+#: A decisions request of one question: one prompt, so one queued fault fails it.
+DECISION = {
+    "model": "qwen3",
+    "input": "Stocks rally",
+    "questions": [{"type": "predicate", "instructions": "Good news?"}],
+}
 
 
 # A text's limit in characters well below the default (65,536): schemathesis merges the
@@ -36,13 +43,20 @@ AUTHORISED = {"Authorization": f"Bearer {KEY}"}
 # and canonicalising it costs close to a second a strategy at the default (most of this module's
 # time), a few milliseconds here; generated texts reach the limit more often too.
 MAX_TEXT_CHARS = 256
+# Few questions and choices a decisions request, for the same reason: the generated requests
+# reach the limits, and each stays small.
+MAX_QUESTIONS = 4
+MAX_CHOICES = 5
 
 
 def app_over(fake: FakeVLLM) -> Any:
     classifier = QwenClassifier(
         labels=list(AG_NEWS_LABELS), base_url="http://vllm.test/v1", http_transport=fake.transport, max_retries=0
     )
-    return create_app(classifier, ServiceOptions(api_key=KEY, max_wait_ms=1, max_text_chars=MAX_TEXT_CHARS))
+    options = ServiceOptions(
+        api_key=KEY, max_wait_ms=1, max_text_chars=MAX_TEXT_CHARS, max_questions=MAX_QUESTIONS, max_choices=MAX_CHOICES
+    )
+    return create_app(classifier, options)
 
 
 def refusing_oversize_bodies(document: Any) -> Any:
@@ -94,10 +108,11 @@ def test_the_blank_text_rule_is_the_classifiers_at_every_code_point() -> None:
         (timeout(), 504),
     ],
 )
-def test_a_vllm_failure_answers_as_the_document_says(fault: Any, code: int) -> None:
+@pytest.mark.parametrize(("path", "body"), [("/v1/classify", {"input": "Stocks rally"}), ("/v1/decisions", DECISION)])
+def test_a_vllm_failure_answers_as_the_document_says(fault: Any, code: int, path: str, body: dict[str, Any]) -> None:
     fake = FakeVLLM()
     failing = schemathesis.openapi.from_asgi("/openapi.json", app_over(fake))
-    case = failing["/v1/classify"]["POST"].Case(body={"input": "Stocks rally"})
+    case = failing[path]["POST"].Case(body=body)
     call_and_check(case, AUTHORISED, excluded_checks=[not_a_server_error])  # the set-up, while vLLM is up
     fake.fail("/v1/completions", fault)
     response = call_and_check(case, AUTHORISED, excluded_checks=[not_a_server_error])
@@ -120,6 +135,12 @@ def test_the_document_declares_the_limits_statuses_and_headers() -> None:
     assert all("x-request-id" in answers[code]["headers"] for code in ("500", "502", "503", "504"))
     ready = document["paths"]["/ready"]["get"]["responses"]
     assert set(ready) == {"200", "503"} and "/health" in document["paths"]
+    decided = document["paths"]["/v1/decisions"]["post"]["responses"]
+    assert set(answers) <= set(decided) and "12345 bytes" in decided["413"]["description"]
+    assert "50 prompts" in decided["429"]["description"] and {"Retry-After"} <= set(decided["429"]["headers"])
+    assert all("x-request-id" in answer["headers"] for answer in decided.values())  # langchain-openai reads it
+    questions = document["components"]["schemas"]["DecisionsRequest"]["properties"]["questions"]
+    assert questions["maxItems"] == 50  # max_questions, bounded by the line
 
 
 def test_the_document_names_the_key_metrics_format_and_labels_as_served() -> None:
@@ -127,6 +148,8 @@ def test_the_document_names_the_key_metrics_format_and_labels_as_served() -> Non
     for document, keyed in [(schema.raw_schema, True), (keyless, False)]:
         classify, metrics = document["paths"]["/v1/classify"]["post"], document["paths"]["/metrics"]["get"]
         assert ("401" in classify["responses"]) == ("401" in metrics["responses"]) == ("security" in classify) == keyed
+        decisions = document["paths"]["/v1/decisions"]["post"]
+        assert ("401" in decisions["responses"]) == ("security" in decisions) == keyed
         assert list(metrics["responses"]["200"]["content"]) == ["text/plain"]
         label = document["components"]["schemas"]["Classification"]["properties"]["labels"]["items"]
         assert label["enum"] == list(AG_NEWS_LABELS)

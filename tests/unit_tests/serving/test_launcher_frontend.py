@@ -67,7 +67,13 @@ def test_an_older_or_unknown_rust_frontend_loses_the_generation_config_flag(
     command = VLLMServer("m", profile="cpu", frontend="rust", port=1, log_path=tmp_path / "l").command()
     assert "--generation-config" not in command
     assert command[command.index("--disable-uvicorn-access-log") + 1] == "--max-num-seqs"  # its value went too
-    assert command[command.index("-O0") - 4 : command.index("-O0") + 1] == ["--max-num-seqs", "256", "--dtype", "float32", "-O0"]
+    assert command[command.index("-O0") - 4 : command.index("-O0") + 1] == [
+        "--max-num-seqs",
+        "256",
+        "--dtype",
+        "float32",
+        "-O0",
+    ]
     python = VLLMServer("m", profile="cpu", port=1, log_path=tmp_path / "l").command()
     assert python[python.index("--generation-config") + 1] == "vllm"
 
