@@ -33,12 +33,12 @@ from pydantic import ConfigDict, PrivateAttr, TypeAdapter, ValidationError, mode
 
 from langchain_qwen_fast._core.deciding import Decider, DecisionRequest
 from langchain_qwen_fast._core.decisions import (
-    MEDIA_TYPES,
     DecisionOutcome,
     DecisionPlan,
     DecisionQuestion,
     QuestionSet,
     Turn,
+    media_type,
     render_state,
 )
 from langchain_qwen_fast._core.engine import Engine
@@ -133,7 +133,7 @@ class QwenDecisionModel(EngineFields, BaseDecisionModel):
         """Do the set-up for ``questions`` now (it otherwise happens on first use) and return
         their plan: the rendered head every state's prompts start with, each question's decode
         steps and the context budget, learnt from the server. Raises what the set-up ran into."""
-        return self._decider.plan(decision_request("set-up", questions)[1])
+        return self._decider.plan(question_set(questions))
 
     # -- BaseDecisionModel ---------------------------------------------------------------
     def invoke(
@@ -198,10 +198,10 @@ class QwenDecisionModel(EngineFields, BaseDecisionModel):
         )
 
     def _decide(self, items: list[Any]) -> list[Any]:
-        return self._responses(self._decider.decide([_request_or_error(item) for item in items]))
+        return self._responses(self._decider.decide(decision_requests(items)))
 
     async def _adecide(self, items: list[Any]) -> list[Any]:
-        return self._responses(await self._decider.adecide([_request_or_error(item) for item in items]))
+        return self._responses(await self._decider.adecide(decision_requests(items)))
 
     def _responses(self, outcomes: Sequence[DecisionOutcome | Exception]) -> list[ClassifierResponse | Exception]:
         responses: list[ClassifierResponse | Exception] = []
@@ -286,10 +286,15 @@ def as_decision_model(classifier: QwenClassifier) -> ClassifierDecisionModel:
 def decision_request(state: Any, questions: Any) -> DecisionRequest:
     """A request's state and questions in the engine's forms; :class:`InvalidInputError` names
     the first question or block the model cannot answer (before anything is sent)."""
+    return _rendered(state), question_set(questions)
+
+
+def question_set(questions: Any) -> QuestionSet:
+    """LangChain's questions mapping in the engine's form; :class:`InvalidInputError` names the
+    first question the model cannot answer."""
     if not isinstance(questions, Mapping) or not questions:
         raise InvalidInputError("questions must be a non-empty mapping of answer ids to questions")
-    asked = tuple(engine_question(str(name), question) for name, question in questions.items())
-    return render_state(engine_state(state, "state")), QuestionSet(asked)
+    return QuestionSet(tuple(engine_question(str(name), question) for name, question in questions.items()))
 
 
 def _checked_request(item: Any) -> Any:
@@ -299,9 +304,31 @@ def _checked_request(item: Any) -> Any:
     return item
 
 
-def _request_or_error(item: Any) -> DecisionRequest | Exception:
+def decision_requests(items: Sequence[Any]) -> list[DecisionRequest | Exception]:
+    """Each item as the engine's request, or the :class:`InvalidInputError` that names what is
+    wrong with it, in order. A batch usually asks one question set of every state: each
+    questions mapping given is converted once, however many items share it."""
+    converted: dict[int, QuestionSet | InvalidInputError] = {}
+    requests: list[DecisionRequest | Exception] = []
+    for item in items:
+        try:
+            questions = _checked_request(item)["questions"]
+            asked = converted.get(id(questions))
+            if asked is None:
+                asked = converted[id(questions)] = _question_set_or_error(questions)
+            requests.append(asked if isinstance(asked, Exception) else (_rendered(item["state"]), asked))
+        except InvalidInputError as exc:
+            requests.append(exc)
+    return requests
+
+
+def _rendered(state: Any) -> str:
+    return render_state(engine_state(state, "state"))
+
+
+def _question_set_or_error(questions: Any) -> QuestionSet | InvalidInputError:
     try:
-        return decision_request(_checked_request(item)["state"], item["questions"])
+        return question_set(questions)
     except InvalidInputError as exc:
         return exc
 
@@ -334,7 +361,7 @@ def engine_state(value: Any, where: str) -> Any:
     if isinstance(value, BaseMessage):
         return Turn(_role(value), _message_text(value, where))
     if isinstance(value, Mapping):
-        if value.get("type") in MEDIA_TYPES:
+        if media_type(value):
             raise InvalidInputError(f"{where} is a {value['type']!r} block: this model reads text only")
         return {key: engine_state(item, f"{where}[{key!r}]") for key, item in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
@@ -357,7 +384,7 @@ def _message_text(message: BaseMessage, where: str) -> str:
     for i, block in enumerate([content] if isinstance(content, str) else content):
         if isinstance(block, str):
             parts += [block] if block else []
-        elif isinstance(block, Mapping) and block.get("type") in MEDIA_TYPES:
+        elif isinstance(block, Mapping) and media_type(block):
             raise InvalidInputError(f"{where}.content[{i}] is a {block['type']!r} block: this model reads text only")
         elif isinstance(block, Mapping) and block.get("type") == "text" and block.get("text"):
             parts.append(str(block["text"]))
@@ -429,5 +456,7 @@ __all__ = [
     "QwenDecisionModel",
     "as_decision_model",
     "decision_request",
+    "decision_requests",
+    "question_set",
     "response_of",
 ]

@@ -53,6 +53,13 @@ NOUL_LABELS = ("yes", "no")
 #: Content blocks that carry media rather than text, in LangChain's and OpenAI's formats.
 MEDIA_TYPES = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "video", "file", "input_file"})
 
+
+def media_type(block: Mapping[str, Any]) -> str | None:
+    """The media type a content block declares (its ``type``, one of :data:`MEDIA_TYPES`), or
+    None: a block of any other type, or whose ``type`` is not text at all."""
+    kind = block.get("type")
+    return kind if isinstance(kind, str) and kind in MEDIA_TYPES else None
+
 DECISION_INSTRUCTIONS = (
     "Answer questions about the input in the next user turn. Each question is asked on its own: "
     "answer it with one of its answers only."
@@ -337,7 +344,7 @@ def _json_value(value: Any, where: str) -> Any:
             raise InvalidInputError(f"{where} is {value}, which JSON cannot carry")
         return value
     if isinstance(value, Mapping):
-        if value.get("type") in MEDIA_TYPES:
+        if media_type(value):
             raise InvalidInputError(f"{where} is a {value['type']!r} block: this model reads text only")
         for key in value:
             if not isinstance(key, str):
@@ -379,6 +386,7 @@ __all__ = [
     "Turn",
     "UsageLedger",
     "content_text",
+    "media_type",
     "optional_text",
     "parse_usage",
     "render_state",
