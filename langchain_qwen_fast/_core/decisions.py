@@ -60,6 +60,7 @@ def media_type(block: Mapping[str, Any]) -> str | None:
     kind = block.get("type")
     return kind if isinstance(kind, str) and kind in MEDIA_TYPES else None
 
+
 DECISION_INSTRUCTIONS = (
     "Answer questions about the input in the next user turn. Each question is asked on its own: "
     "answer it with one of its answers only."
