@@ -208,7 +208,8 @@ def classifier_transport(base_url: str, api_key: str | None, in_flight: int) -> 
     """The classifier's own transport (retries, replica choice, typed errors) on aiohttp, as
     it sends to a server that takes one prompt a request. The one place this folder builds
     an object of the client's core."""
-    from langchain_qwen_fast._core.transport import AiohttpStack, RetryPolicy, Transport
+    from langchain_qwen_fast._core.http_stacks import AiohttpStack
+    from langchain_qwen_fast._core.transport import RetryPolicy, Transport
 
     transport = Transport(base_url, api_key=api_key, timeout=120.0, retry=RetryPolicy(), pool_size=in_flight)
     transport.use_stack(AiohttpStack(transport.wire, transport.httpx))

@@ -20,13 +20,12 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
+from langchain_qwen_fast._core.http_stacks import AiohttpStack, HttpxStack
 from langchain_qwen_fast._core.replicas import Replicas
 from langchain_qwen_fast._core.transport import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_RETRY_DEADLINE,
     DEFAULT_TIMEOUT,
-    AiohttpStack,
-    HttpxStack,
     RetryBudget,
     RetryPolicy,
     Transport,
