@@ -8,7 +8,9 @@ for the same prompts:
 Rows:
 
 * ``choice``: one ``Choice`` (the four news labels) over many states, ``QwenDecisionModel.abatch``,
-  beside ``QwenClassifier.abatch`` on the same texts and labels (fresh texts for each).
+  beside ``QwenClassifier.abatch`` on the same labels and texts of the same kind (new ones for
+  each call), interleaved over four rounds, each path first in turn; each rate is all its
+  states over all its calls' time.
 * ``nouls``: eight ``Noul`` questions about each of many long (~900-token) states, requests/s,
   and the prompt tokens vLLM computes per state (its prefix-cache counters on ``/metrics``)
   beside those of one ``Noul`` about other states of that length.
@@ -60,6 +62,8 @@ _WORDS = [
 #: Words in a long state: about 900 tokens.
 LONG_STATE_WORDS = 900
 NOULS = 8
+#: Rounds of the choice row, each path once a round (first in turn).
+ROUNDS = 4
 #: Callers of the service row.
 CALLERS = 256
 
@@ -174,21 +178,28 @@ def measure(options: argparse.Namespace) -> DecisionsReport:
         settings: dict[str, Any] = {"base_url": urls, "model": "qwen3", "tokenizer_path": options.tokenizer}
         decisions = QwenDecisionModel(**settings)
         classifier = QwenClassifier(labels=LABELS, **settings)
-        texts = news_items(3 * options.states + 512)
-        warm, first, second, third = (
-            texts[:512],
-            *(texts[512 + i * options.states :][: options.states] for i in range(3)),
-        )
+        texts = news_items((2 * ROUNDS + 1) * options.states + 512)
+        warm = texts[:512]
+        chunks = [texts[512 + i * options.states :][: options.states] for i in range(2 * ROUNDS + 1)]
         choice = choice_questions()
         asyncio.run(decisions.abatch([{"state": t, "questions": choice} for t in warm]))
         classifier.batch(warm)
-        row = Row("choice", options.states)
-        seconds, _ = _timed(lambda: decisions.abatch([{"state": t, "questions": choice} for t in first]))
-        row.per_s = round(options.states / seconds, 1)
-        seconds, _ = _timed(lambda: classifier.abatch(second))
-        row.compared_per_s = round(options.states / seconds, 1)
+        row = Row("choice", options.states * ROUNDS)
+        spent = {"decisions": 0.0, "classifier": 0.0}
+        for i in range(ROUNDS):  # interleaved, each path first in turn, on texts new to the servers
+            for path in ("decisions", "classifier")[:: 1 if i % 2 == 0 else -1]:
+                chunk = chunks[2 * i + (path == "classifier")]
+                if path == "decisions":
+                    seconds, _ = _timed(
+                        lambda c=chunk: decisions.abatch([{"state": t, "questions": choice} for t in c])
+                    )
+                else:
+                    seconds, _ = _timed(lambda c=chunk: classifier.abatch(c))
+                spent[path] += seconds
+        row.per_s = round(row.requests / spent["decisions"], 1)
+        row.compared_per_s = round(row.requests / spent["classifier"], 1)
         report.rows.append(row)
-        works.append(_work(decisions, choice, third, warm[:64]))
+        works.append(_work(decisions, choice, chunks[-1], warm[:64]))
         print(f"choice: {row.per_s}/s, QwenClassifier.abatch {row.compared_per_s}/s", flush=True)
 
         eight, one = noul_questions(NOULS), noul_questions(1)
