@@ -19,6 +19,7 @@ Label every row of a table with a classifier, in a stream that resumes where it 
     cat rows.jsonl | qwen-fast classify - --input-format jsonl --out labelled.csv --labels A,B,C
     qwen-fast classify news.csv --out labelled.csv --classifier models/news \\
         --review-below 0.8 --review-sample 200 --review-out review.csv
+    qwen-fast classify tickets.jsonl --out answered.parquet --questions questions.json
 
 Input: CSV with a header (a text column, --text-column, or title and description columns;
 AG News's layout without a header is read as is), JSONL, Parquet, or - for stdin (with
@@ -50,6 +51,20 @@ the rows under --review-below and a sample of --review-sample others, stratified
 label. Filled in, it trains the next model as it is. The API key comes from VLLM_API_KEY.
 Needs the 'jobs' extra (pyarrow, tqdm, matplotlib).
 
+Questions (--questions FILE, instead of --classifier or --labels): every row's text column is
+the state of a decision (QwenDecisionModel's, over --base-url and --model), asked each question
+of FILE, a JSON object of answer ids to questions as LangChain's question types dump them:
+  {{"team": {{"type": "choice", "instructions": "Which team?", "criteria": {{"billing": "Payments.", "tech": null}}}},
+   "urgent": {{"type": "noul", "instructions": "Is this urgent?"}},
+   "anger": {{"type": "score", "instructions": "How angry?", "criteria": ["Calm.", "Annoyed.", "Furious."]}}}}
+A bad file is refused before anything is sent, naming the question. Each row gains, per
+question in the file's order: a noul Q, its probability of yes; a choice Q, its label (empty
+where refused under --abstain-below), Q.confidence and Q.p_<label> per label; a score Q, its
+expected level, Q.confidence and Q.p_<level> per level 0..n-1; then error. The questions are
+part of what a restart compares. The report counts each choice's labels; the histogram has a
+panel per choice and score; --review-out, --multi-label and --mode are a classifier's and are
+refused. Works with --ray too.
+
 With --ray ADDRESS (auto, ray://HOST:10001, or local for a Ray started here and stopped at the
 end) the job is a Ray Data pipeline: the input (a file, a folder, a glob; local paths every
 node sees, s3://, gs://) is read on the workers, classified by an autoscaling pool of
@@ -71,6 +86,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--classifier", help="a saved classifier (qwen-fast train's output, or classifier.json)")
     which.add_argument("--labels", nargs="+", help="the labels: A,B,C (or A B C)")
+    which.add_argument(
+        "--questions",
+        metavar="FILE",
+        help="a JSON file of questions to answer about every row instead of labels (see Questions above)",
+    )
     p.add_argument("--multi-label", action="store_true", help="with --labels: several labels may apply")
     p.add_argument("--abstain-below", type=float, help="abstain when the best probability is below this")
     p.add_argument("--base-url", help="the vLLM server (default: the saved one, else QWEN_FAST_BASE_URL, else local)")

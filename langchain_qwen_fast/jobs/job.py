@@ -50,10 +50,11 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from langchain_qwen_fast._core.decisions import DecisionOutcome
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import (
@@ -72,6 +73,7 @@ from langchain_qwen_fast.jobs.parts import (
     encode_digests,
     part_files,
 )
+from langchain_qwen_fast.jobs.questions import GivenQuestions, QuestionAsker, decision_model, load_questions
 from langchain_qwen_fast.jobs.readers import table_reader
 from langchain_qwen_fast.jobs.review import ReviewChunk, ReviewOptions, write_review
 from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram, total
@@ -80,8 +82,9 @@ from langchain_qwen_fast.jobs.writers import OutputTable, join_parts, write_part
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.decision_models import QwenDecisionModel
 
-Result = Classification | BaseException
+Result = Classification | DecisionOutcome | BaseException
 #: The fewest rows of a chunk whose failing all alike is a systematic error (a file's last few
 #: rows may fail alike by chance).
 SYSTEMATIC_ROWS = 10
@@ -129,6 +132,9 @@ class ClassifyOptions:
     #: the share of rows (0 to 1) with input errors over which the job stops; None: stop only
     #: on a systematic error (a chunk whose rows all fail alike); 1: never stop
     max_error_rate: float | None = None
+    #: questions to answer about every row instead of a classifier's labels: a questions
+    #: file's path, or the mapping of answer ids to questions (:mod:`.questions`)
+    questions: GivenQuestions | None = None
 
     def review(self) -> ReviewOptions | None:
         """The review queue's options, None without ``review_out``."""
@@ -138,7 +144,10 @@ class ClassifyOptions:
 
     def check(self) -> None:
         """:class:`ConfigurationError` for options that cannot work (before anything is read)."""
-        check_classifier_choice(self.classifier, self.labels, self.multi_label, flags=True)
+        if self.questions is None:
+            check_classifier_choice(self.classifier, self.labels, self.multi_label, flags=True)
+        else:
+            self._check_questions()
         if self.chunk_rows < 1 or self.chunks_in_flight < 1:
             raise ConfigurationError("--chunk-rows and --chunks-in-flight must be at least 1")
         if self.out == STDIN:
@@ -159,6 +168,21 @@ class ClassifyOptions:
         if review.below is None and not review.sample:
             raise ConfigurationError("--review-out needs --review-below P and/or --review-sample N")
         review.check()
+
+    def _check_questions(self) -> None:
+        """With questions: none of the flags that are a classifier's."""
+        given = {
+            "--classifier": self.classifier is not None,
+            "--labels": self.labels is not None,
+            "--multi-label": self.multi_label,
+            "--mode": self.mode is not None,
+            "--review-out": self.review_out is not None,
+        }
+        for flag, set_ in given.items():
+            if set_:
+                raise ConfigurationError(
+                    f"{flag} is for a classifier's labels; --questions asks its own questions (give one of them)"
+                )
 
 
 def same_file(a: str, b: str) -> bool:
@@ -209,6 +233,84 @@ def named_classifier(
     return QwenClassifier(labels=list(labels), multi_label=multi_label, **overrides)
 
 
+class RowAnswerer(Protocol):
+    """What answers a job's rows: a classifier's labels (:class:`LabelAnswerer`) or questions
+    (:class:`~.questions.QuestionAsker`)."""
+
+    #: the columns added to each row, in order
+    added: list[str]
+    #: the added columns that hold text (None: a classifier's, ``label`` and ``error``)
+    text_columns: frozenset[str] | None
+    multi_label: bool
+
+    async def aprepare(self) -> None: ...
+
+    async def aanswer(self, values: Sequence[Any]) -> Sequence[Result]: ...
+
+    def columns(self, result: Any) -> dict[str, Any]: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+    async def aclose(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LabelAnswerer:
+    """A classifier's side of a job: its labels' columns (:mod:`.columns`), from its engine."""
+
+    def __init__(self, classifier: QwenClassifier) -> None:
+        self.classifier = classifier
+        self.labels = classifier.label_names
+        self.multi_label = classifier.multi_label
+        self.added = added_columns(self.labels, self.multi_label)
+        self.text_columns: frozenset[str] | None = None
+
+    async def aprepare(self) -> None:
+        await self.classifier.engine.aprepare()
+
+    async def aanswer(self, values: Sequence[Any]) -> Sequence[Result]:
+        return await self.classifier.engine.aclassify(list(values))
+
+    def columns(self, result: Any) -> dict[str, Any]:
+        return result_columns(result, self.labels, self.multi_label)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The classifier's configuration a restart must find the same."""
+        classifier = self.classifier
+        return {
+            "labels": classifier.label_names,
+            "multi_label": classifier.multi_label,
+            "abstain_below": classifier.abstain_below,
+            "model": classifier.model,
+            "mode": classifier.mode,
+            "threshold": classifier.threshold,
+            "temperature": classifier.temperature,
+            "instructions": classifier.instructions,
+            "label_descriptions": classifier.label_descriptions,
+            "examples": [list(e) for e in classifier.examples or []],
+        }
+
+    async def aclose(self) -> None:
+        await self.classifier.aclose()
+
+    def close(self) -> None:
+        self.classifier.close()
+
+
+def build_answerer(
+    options: ClassifyOptions, classifier: QwenClassifier | None = None, decisions: QwenDecisionModel | None = None
+) -> RowAnswerer:
+    """What answers the options' rows: their questions (checked whole here, before anything is
+    sent) on ``decisions`` or a decision model of the server options, else ``classifier`` or
+    the classifier they name."""
+    if options.questions is not None:
+        questions = load_questions(options.questions)
+        model = decisions or decision_model(options.base_url, options.model, options.abstain_below)
+        return QuestionAsker(model, questions)
+    return LabelAnswerer(classifier or build_classifier(options))
+
+
 def build_classifier(options: ClassifyOptions) -> QwenClassifier:
     """The classifier the options name: the saved one with the server options on top, or one
     over ``labels``."""
@@ -243,30 +345,23 @@ _NAMES = {
     "review_below": "--review-below",
     "review_sample": "--review-sample",
     "review_seed": "--review-seed",
+    "questions": "--questions",
 }
 
 
-def fingerprint(options: ClassifyOptions, classifier: QwenClassifier, kinds: tuple[Format, Format]) -> dict[str, Any]:
+def fingerprint(options: ClassifyOptions, answerer: RowAnswerer, kinds: tuple[Format, Format]) -> dict[str, Any]:
     """What must be the same for a restart to carry on an interrupted job: how the input is
-    read and the output written, the classifier's configuration and the review rules. The
-    server, the chunk sizes and the error rate may change; the input itself is checked row by
-    row against the digests of the finished chunks (and may come from another path)."""
+    read and the output written, the classifier's configuration or the questions, and the
+    review rules. The server, the chunk sizes and the error rate may change; the input itself
+    is checked row by row against the digests of the finished chunks (and may come from
+    another path)."""
     review = options.review()
     return {
         "input_format": kinds[0],
         "output_format": kinds[1],
         "text_column": options.text_column,
         "classifier": str(Path(options.classifier).resolve()) if options.classifier else None,
-        "labels": classifier.label_names,
-        "multi_label": classifier.multi_label,
-        "abstain_below": classifier.abstain_below,
-        "model": classifier.model,
-        "mode": classifier.mode,
-        "threshold": classifier.threshold,
-        "temperature": classifier.temperature,
-        "instructions": classifier.instructions,
-        "label_descriptions": classifier.label_descriptions,
-        "examples": [list(e) for e in classifier.examples or []],
+        **answerer.fingerprint(),
         "review_below": review.below if review else None,
         "review_sample": review.sample if review else 0,
         "review_seed": review.seed if review else 0,
@@ -302,10 +397,12 @@ def renamed_columns(columns: list[str], added: list[str]) -> dict[str, str]:
     return renames
 
 
-def classify_table(options: ClassifyOptions, classifier: QwenClassifier | None = None) -> JobReport:
-    """Run the job (see the module docstring) and return its report. ``classifier``: use this
-    one instead of the one the options name (its configuration is fingerprinted the same way);
-    it is not closed here."""
+def classify_table(
+    options: ClassifyOptions, classifier: QwenClassifier | None = None, decisions: QwenDecisionModel | None = None
+) -> JobReport:
+    """Run the job (see the module docstring) and return its report. ``classifier`` (or, with
+    questions, ``decisions``): use this one instead of the one the options name (its
+    configuration is fingerprinted the same way); it is not closed here."""
     options.check()
     kinds = (
         format_of(options.input, options.input_format, "--input-format"),
@@ -317,10 +414,10 @@ def classify_table(options: ClassifyOptions, classifier: QwenClassifier | None =
         require_extra("jobs", "tqdm", what="the progress bar (or --no-progress)")
     if options.histogram:
         require_extra("jobs", "matplotlib", what="the histogram (or --no-histogram)")
-    own = classifier is None
-    job_classifier = build_classifier(options) if classifier is None else classifier
+    own = (decisions if options.questions is not None else classifier) is None
+    answerer = build_answerer(options, classifier, decisions)
     try:
-        job = _Job(options, job_classifier, kinds)
+        job = _Job(options, answerer, kinds)
         job.folder.lock()
         try:
             return asyncio.run(job.run())
@@ -328,20 +425,19 @@ def classify_table(options: ClassifyOptions, classifier: QwenClassifier | None =
             job.folder.release()
     finally:
         if own:
-            job_classifier.close()
+            answerer.close()
 
 
 class _Job:
     """One run of a job: resume, stream, finish."""
 
-    def __init__(self, options: ClassifyOptions, classifier: QwenClassifier, kinds: tuple[Format, Format]) -> None:
+    def __init__(self, options: ClassifyOptions, answerer: RowAnswerer, kinds: tuple[Format, Format]) -> None:
         self.options = options
-        self.classifier = classifier
+        self.answerer = answerer
         self.kinds = kinds
         self.out = Path(options.out)
-        self.labels = classifier.label_names
-        self.multi_label = classifier.multi_label
-        self.added = added_columns(self.labels, self.multi_label)
+        self.multi_label = answerer.multi_label
+        self.added = answerer.added
         self.review = options.review()
         self.folder = WorkFolder(self.out, kinds[1])
         self.table: OutputTable | None = None
@@ -357,7 +453,7 @@ class _Job:
         # A JSONL input's columns matter to CSV and Parquet output only (JSONL rows keep their keys).
         scan = self.kinds[1] != "jsonl"
         reader = table_reader(options.input, self.kinds[0], TextSource(options.text_column), scan_keys=scan)
-        now = fingerprint(options, self.classifier, self.kinds)
+        now = fingerprint(options, self.answerer, self.kinds)
         manifest, chunks = self._resumable(now)
         done = sum(chunk.rows for chunk in chunks)
         finished = total(chunk.digest() for chunk in chunks)
@@ -376,7 +472,7 @@ class _Job:
             )
         self.renames = renamed_columns(columns, self.added)
         kept = [self.renames.get(name, name) for name in columns]
-        self.table = OutputTable(self.kinds[1], kept, self.added, reader.arrow_schema)
+        self.table = OutputTable(self.kinds[1], kept, self.added, reader.arrow_schema, self.answerer.text_columns)
         classified = await self._stream(itertools.chain(first, rows), done, expected)
         return self._finish(done, classified, time.perf_counter() - started)
 
@@ -440,7 +536,7 @@ class _Job:
                 task.cancel()
             if bar is not None:
                 bar.close()
-            await self.classifier.aclose()
+            await self.answerer.aclose()
         return at - start
 
     async def _set_up(self) -> None:
@@ -449,7 +545,7 @@ class _Job:
         if self.set_up:
             return
         try:
-            await self.classifier.engine.aprepare()
+            await self.answerer.aprepare()
         except Exception as exc:
             raise InfrastructureFailure(
                 f"stopped: the set-up with the server failed ({error_text(exc)}); {self._kept()}.{_RESUME}"
@@ -475,7 +571,7 @@ class _Job:
                 results[i] = DataFileError(f"{row.place} {row.problem}")
         if readable:
             values = [chunk[i].text for i in readable]
-            for i, result in zip(readable, await self.classifier.engine.aclassify(values)):
+            for i, result in zip(readable, await self.answerer.aanswer(values)):
                 results[i] = result
         return [r for r in results if r is not None]
 
@@ -531,10 +627,10 @@ class _Job:
         out_rows = []
         for offset, (row, result) in enumerate(zip(chunk, results)):
             counts.add(result)
-            if review is not None and isinstance(row.text, str):
+            if review is not None and isinstance(row.text, str) and not isinstance(result, DecisionOutcome):
                 review.add(start + offset, row.text, result)
             cells = {self.renames.get(k, k): v for k, v in row.cells.items()} if self.renames else row.cells
-            out_rows.append({**cells, **result_columns(result, self.labels, self.multi_label)})
+            out_rows.append({**cells, **self.answerer.columns(result)})
         digest = {
             **counts.to_json(),
             "review": review.entries() if review is not None else [],
@@ -542,6 +638,13 @@ class _Job:
         }
         table = self.table
         self.folder.commit(start, digest, lambda path: write_part(path, table, out_rows))
+
+    def _report_options(self) -> dict[str, Any]:
+        """The options as the report shows them: questions given as objects by their names."""
+        shown = {k: v for k, v in dataclasses.asdict(self.options).items() if k != "fresh"}
+        if self.options.questions is not None and not isinstance(self.options.questions, str):
+            shown["questions"] = list(self.answerer.fingerprint()["questions"])
+        return shown
 
     def _finish(self, resumed: int, classified: int, seconds: float) -> JobReport:
         """Join the parts into the output, write the histogram, review file and report, and
@@ -570,7 +673,8 @@ class _Job:
             histogram=histogram,
             report=str(report_path),
             review=review,
-            options={k: v for k, v in dataclasses.asdict(self.options).items() if k != "fresh"},
+            options=self._report_options(),
+            questions=self.options.questions is not None,
         )
         self.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_bytes(report_path, orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), self.folder.path)

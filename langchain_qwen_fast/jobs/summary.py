@@ -5,7 +5,8 @@ histogram (a PNG) and the report (JSON beside the output, and the lines printed 
 A row's confidence (:func:`confidence`) is the probability of its best label (single-label),
 or under multi-label how sure the least sure of its label decisions is: the smallest
 ``max(p, 1 - p)`` over the labels. A row without probabilities (an error, constrained choice)
-has none.
+has none. A questions job counts each choice's labels (``answer_counts``) and draws each
+choice's and score's confidence (the decision model's) in a panel of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_qwen_fast._core.decisions import DecisionOutcome
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.jobs.parts import atomic_write
 
@@ -60,16 +62,22 @@ class Counts:
     abstained: int = 0
     errors: int = 0
     error_kinds: dict[str, int] = field(default_factory=dict)
-    #: per predicted label, rows per confidence bin (:data:`BINS` from 0 to 1)
+    #: per predicted label (a questions job: per choice and score), rows per confidence bin
+    #: (:data:`BINS` from 0 to 1)
     histogram: dict[str, list[int]] = field(default_factory=dict)
+    #: a questions job: per choice, rows per chosen label (:data:`NO_LABEL` for refused)
+    answer_counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def add(self, result: Classification | BaseException) -> None:
+    def add(self, result: Classification | DecisionOutcome | BaseException) -> None:
         """Count one row's result."""
         self.rows += 1
         if isinstance(result, BaseException):
             self.errors += 1
             kind = error_kind(result)
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+            return
+        if isinstance(result, DecisionOutcome):
+            self._add_answers(result)
             return
         group = stratum(result)
         self.label_counts[group] = self.label_counts.get(group, 0) + 1
@@ -81,6 +89,21 @@ class Counts:
         if sure is not None:
             bins = self.histogram.setdefault(group, [0] * BINS)
             bins[min(int(sure * BINS), BINS - 1)] += 1
+
+    def _add_answers(self, outcome: DecisionOutcome) -> None:
+        """A questions job's row: its choices' labels, its confidences, and whether any of its
+        choices was refused (``abstained``)."""
+        self.abstained += any(answered.refused for answered in outcome.answers)
+        for answered in outcome.answers:
+            question = answered.question
+            if question.kind == "noul":
+                continue
+            if question.kind == "choice":
+                chosen = NO_LABEL if answered.refused else answered.choice
+                labels = self.answer_counts.setdefault(question.name, {})
+                labels[chosen] = labels.get(chosen, 0) + 1
+            bins = self.histogram.setdefault(question.name, [0] * BINS)
+            bins[min(int(answered.confidence * BINS), BINS - 1)] += 1
 
     def merge(self, other: Counts) -> None:
         """Add ``other``'s counts to these."""
@@ -94,6 +117,10 @@ class Counts:
         ):
             for key, n in theirs.items():
                 mine[key] = mine.get(key, 0) + n
+        for question, labels in other.answer_counts.items():
+            mine_labels = self.answer_counts.setdefault(question, {})
+            for label, n in labels.items():
+                mine_labels[label] = mine_labels.get(label, 0) + n
         for label, bins in other.histogram.items():
             mine_bins = self.histogram.setdefault(label, [0] * BINS)
             for i, n in enumerate(bins):
@@ -140,6 +167,9 @@ class JobReport:
     report: str
     review: dict[str, Any] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: a questions job: per choice question, rows per chosen label (``abstained``: rows with a
+    #: refused choice); None for a classifier's
+    answer_counts: dict[str, dict[str, int]] | None = None
 
     @classmethod
     def of(
@@ -155,9 +185,10 @@ class JobReport:
         report: str,
         review: dict[str, Any] | None,
         options: dict[str, Any],
+        questions: bool = False,
     ) -> Self:
         """The report of a job whose output holds the rows ``counts`` counted, of which this run
-        classified ``classified_rows`` in ``seconds``."""
+        classified ``classified_rows`` in ``seconds``; ``questions``: a questions job's."""
         return cls(
             output=output,
             rows=counts.rows,
@@ -174,6 +205,7 @@ class JobReport:
             report=report,
             review=review,
             options=options,
+            answer_counts=counts.answer_counts if questions else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -186,12 +218,16 @@ def render(report: JobReport) -> str:
     lines = [f"wrote {report.rows} rows to {report.output}"]
     if report.resumed_rows:
         lines[0] += f" ({report.resumed_rows} done by an earlier run, {report.classified_rows} now)"
-    width = max((len(label) for label in report.label_counts), default=5)
-    labelled = sum(report.label_counts.values())
-    lines.append("label distribution:")
-    for label, n in sorted(report.label_counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        share = n / labelled if labelled else 0.0
-        lines.append(f"  {label:<{width}}  {n:>9}  {share:6.1%}")
+    distributions = {f"{q} distribution:": n for q, n in (report.answer_counts or {}).items()}
+    if report.answer_counts is None:
+        distributions = {"label distribution:": report.label_counts}
+    for title, counted in distributions.items():
+        width = max((len(label) for label in counted), default=5)
+        labelled = sum(counted.values())
+        lines.append(title)
+        for label, n in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])):
+            share = n / labelled if labelled else 0.0
+            lines.append(f"  {label:<{width}}  {n:>9}  {share:6.1%}")
     if report.chosen_counts is not None:
         chosen = ", ".join(f"{label} {n}" for label, n in sorted(report.chosen_counts.items()))
         lines.append(f"chosen labels (multi-label): {chosen or 'none'}")
@@ -210,7 +246,7 @@ def render(report: JobReport) -> str:
 
 
 def draw_histogram(counts: Counts, path: Path, folder: Path | None = None) -> Path:
-    """A PNG of confidence per predicted label: one panel per label, rows per bin (Agg
+    """A PNG of confidence per predicted label (or per choice and score): one panel per label, rows per bin (Agg
     backend: no display needed), written whole or not at all (its temporary file in
     ``folder``, default beside it)."""
     import matplotlib

@@ -35,6 +35,8 @@ class OutputTable:
     #: the added columns' names, after the input's
     added: list[str]
     arrow_schema: Any = None
+    #: the added columns that hold text; None: a classifier's (``label``, ``error``)
+    text_columns: frozenset[str] | None = None
 
     @property
     def header(self) -> list[str]:
@@ -43,13 +45,16 @@ class OutputTable:
     def schema(self) -> Any:
         """The Arrow schema of a Parquet output: the input columns' own types where the input
         was Parquet, else text; the label text, the labels a list of text, probabilities
-        float64, ``abstained`` bool, ``error`` text."""
+        float64, ``abstained`` bool, ``error`` text (or, where ``text_columns`` is given, those
+        text and the others float64)."""
         import pyarrow as pa
 
         given = {f.name: f for f in self.arrow_schema} if self.arrow_schema is not None else {}
         fields = [given.get(name, pa.field(name, pa.string())) for name in self.columns]
         for name in self.added:
-            if name == "labels":
+            if self.text_columns is not None:  # a questions job: text or a probability
+                fields.append(pa.field(name, pa.string() if name in self.text_columns else pa.float64()))
+            elif name == "labels":
                 fields.append(pa.field(name, pa.list_(pa.string())))
             elif name == "abstained":
                 fields.append(pa.field(name, pa.bool_()))
