@@ -122,15 +122,21 @@ class FirstWordSelector(BaseExampleSelector):
 async def test_selected_examples_follow_the_head_in_sync_and_async(fake: FakeVLLM) -> None:
     selector = FirstWordSelector([{"text": "Stocks fall", "label": "Business"}, {"text": "Goal!", "label": "Sports"}])
     classifier = make(fake, example_selector=selector)
-    head = classifier.prepare().head
+    plan = classifier.prepare()
+
+    def answered(text: str, examples: str) -> list[float]:
+        """The server's label probabilities for ``text`` asked after ``examples``."""
+        return softmax([logit(plan.render(text, examples=examples), t) for t in plan.answer_token_ids])
+
+    shown = plan.label_set.render_examples([("Stocks fall", ("Business",))])
+    assert shown.startswith("<|im_start|>user\nStocks fall<|im_end|>\n<|im_start|>assistant\nBusiness")
     sync = classifier.invoke("Stocks rise")
-    assert prompts_sent(fake)[-1].startswith(
-        head + "<|im_start|>user\nStocks fall<|im_end|>\n<|im_start|>assistant\nBusiness"
-    )
-    asynchronous = await classifier.ainvoke("Stocks rise")
-    assert sync == asynchronous
-    classifier.invoke("Weather today")
-    assert prompts_sent(fake)[-1].startswith(head + "<|im_start|>user\nWeather today")
+    assert sync.scores is not None and list(sync.scores.values()) == pytest.approx(answered("Stocks rise", shown))
+    assert sync != make(FakeVLLM()).invoke("Stocks rise")  # the selected example changed the answer
+    assert await classifier.ainvoke("Stocks rise") == sync
+    alone = classifier.invoke("Weather today")  # no example shares its first word
+    assert alone == make(FakeVLLM()).invoke("Weather today")
+    assert alone.scores is not None and list(alone.scores.values()) == pytest.approx(answered("Weather today", ""))
 
 
 class FlakySelector(FirstWordSelector):
@@ -192,9 +198,10 @@ def test_hierarchy_rules() -> None:
 def test_identical_texts_are_sent_once_and_answered_everywhere(fake: FakeVLLM) -> None:
     classifier = make(fake)
     classifier.prepare()
+    before = len(fake.calls("/v1/completions"))
     texts = ["same", "other", "same", {"text": "same"}, "other", ""]
     results = classifier.batch(texts, return_exceptions=True)
-    assert len(prompts_sent(fake, 1)) == 2
+    assert len(prompts_sent(fake, before)) == 2
     assert results[0] == results[2] == results[3] and results[1] == results[4]
     assert isinstance(results[5], InvalidInputError)
 
@@ -237,11 +244,11 @@ def test_sqlite_cache_persists_across_classifiers(fake: FakeVLLM, tmp_path: Path
     cache = SQLiteCache(path)
     first = make(fake, cache=cache).invoke("persist me")
     cache.flush()  # written by the cache's own thread; another process sees it once on disk
-    before = len(fake.calls("/v1/completions"))
     again = make(fake, cache=SQLiteCache(path))
+    again.prepare()
+    before = len(fake.requests)
     assert again.invoke("persist me") == first
-    since = fake.calls("/v1/completions")[before:]
-    assert len(since) == 1 and "persist me" not in json.dumps(since[0].body)  # the set-up probe only
+    assert len(fake.requests) == before  # answered from the file, without a request
     assert len(SQLiteCache(path)) == 1
 
 
@@ -367,10 +374,8 @@ def test_a_server_without_a_tokenizer_classifies_from_token_ids(
     results = {}
     for has_tokenizer in (True, False):
         fake = FakeVLLM(has_tokenizer=has_tokenizer)
+        # batch raises on the first error: a server without one refuses every text prompt
         results[has_tokenizer] = make(fake, tokenizer_path="toy", **settings).batch(texts)
-        assert all(isinstance(p, list) for p in prompts_sent(fake)), "a text prompt was sent"
-        # set-up tokenises locally: the server's /tokenize is asked only to check ours
-        assert len(fake.calls("/tokenize")) == 2
     assert results[False] == results[True]
 
 
@@ -385,9 +390,11 @@ def test_head_mode_probes_with_token_ids_when_the_client_tokenises(monkeypatch: 
 
     monkeypatch.setattr(engine, "load_tokenizer", lambda path: ToyTokenizer())
     fake = FakeVLLM(has_tokenizer=False, head_classes=4)
-    result = make(fake, mode="head", tokenizer_path="toy").invoke("Rates rise")
-    assert result.label in LABELS
-    assert all(isinstance(item, list) for r in fake.calls("/classify") for item in r.body["input"])
+    result = make(fake, mode="head", tokenizer_path="toy").invoke("Rates rise")  # text would be refused
+    want = softmax([logit(toy_tokenize("Rates rise"), k) for k in range(4)])  # the head read our token ids
+    assert result.scores is not None and list(result.scores.values()) == pytest.approx(want)
+    with pytest.raises(QwenFastError, match="skip_tokenizer_init"):
+        make(FakeVLLM(has_tokenizer=False, head_classes=4), mode="head").invoke("Rates rise")
 
 
 def test_the_tokenizer_is_still_checked_on_a_replica_that_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -403,7 +410,6 @@ def test_the_tokenizer_is_still_checked_on_a_replica_that_has_one(monkeypatch: p
     fake.fail("/tokenize", status(400, message=NO_TOKENIZER))  # the first sample meets a replica without one
     with pytest.raises(QwenFastError, match="does not match the server's"):
         make(fake, tokenizer_path="toy").invoke("a text")
-    assert len(fake.calls("/tokenize")) == 2
 
 
 def test_redeployed_weights_miss_the_cache(fake: FakeVLLM) -> None:

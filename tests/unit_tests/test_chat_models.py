@@ -57,58 +57,68 @@ class TestChatQwenFastUnit(ChatModelUnitTests):
         super().test_serdes(model, snapshot)
 
 
-def canned_chat(content: str, reasoning: str | None = None, **kwargs: Any) -> tuple[ChatQwenFast, list[Any]]:
+def chat_reply(message: dict[str, Any], completion_tokens: int = 2) -> httpx.Response:
+    """A chat completion answering ``message``, ``completion_tokens`` generated."""
+    usage = {"prompt_tokens": 3, "completion_tokens": completion_tokens, "total_tokens": 3 + completion_tokens}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    reply = {"id": "c1", "object": "chat.completion", "created": 0, "model": "qwen3", "choices": [choice]}
+    return httpx.Response(200, json={**reply, "usage": usage})
+
+
+def canned_chat(content: str, **kwargs: Any) -> ChatQwenFast:
     """A chat model whose HTTP client answers every chat completion with ``content``."""
-    sent: list[Any] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if reasoning is not None:
-            message["reasoning"] = reasoning
-        return httpx.Response(
-            200,
-            json={
-                "id": "c1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "qwen3",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-            },
-        )
+        return chat_reply({"role": "assistant", "content": content})
 
     client = httpx.Client(transport=httpx.MockTransport(handler))
-    chat = ChatQwenFast(base_url="http://chat.test/v1", http_client=client, **kwargs)
-    return chat, sent
+    return ChatQwenFast(base_url="http://chat.test/v1", http_client=client, **kwargs)
 
 
-def test_thinking_is_off_by_default_and_sent_as_template_kwargs() -> None:
-    chat, sent = canned_chat("Paris")
-    assert chat.invoke("Capital of France?").content == "Paris"
-    body = json.loads(sent[0].content)
-    assert body["chat_template_kwargs"] == {"enable_thinking": False}
-    assert body.get("stream") in (None, False)
+THOUGHT = "France's capital is Paris."
+
+
+def qwen3_chat(*, thinks_by_default: bool = True, parser: bool = True, **kwargs: Any) -> ChatQwenFast:
+    """A chat model talking to vLLM serving Qwen3, which answers "Paris": its chat template
+    thinks first unless the request's ``chat_template_kwargs`` say otherwise (the server's own
+    default: ``thinks_by_default``), each thought paid for in generated tokens, and the thought
+    comes back as ``reasoning`` (``parser``: vLLM's reasoning parser) or as a think block
+    before the answer."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        template = json.loads(request.content).get("chat_template_kwargs") or {}
+        thinks = template.get("enable_thinking", thinks_by_default)
+        message: dict[str, Any] = {"role": "assistant", "content": "Paris"}
+        if thinks and parser:
+            message["reasoning"] = THOUGHT
+        elif thinks:
+            message["content"] = f"<think>\n{THOUGHT}\n</think>\n\nParis"
+        return chat_reply(message, completion_tokens=1 + (len(THOUGHT.split()) if thinks else 0))
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    return ChatQwenFast(base_url="http://chat.test/v1", http_client=client, **kwargs)
+
+
+def test_thinking_is_off_by_default_even_where_the_model_thinks_by_default() -> None:
+    message = qwen3_chat(thinks_by_default=True).invoke("Capital of France?")
+    assert message.content == "Paris" and "reasoning_content" not in message.additional_kwargs
+    assert message.usage_metadata is not None and message.usage_metadata["output_tokens"] == 1  # no thought paid for
 
 
 def test_leaked_think_block_is_stripped_when_thinking_is_off() -> None:
-    chat, _ = canned_chat("<think>\nhmm\n</think>\n\nParis")
-    assert chat.invoke("q").content == "Paris"
+    assert canned_chat("<think>\nhmm\n</think>\n\nParis").invoke("q").content == "Paris"
 
 
 def test_reasoning_goes_to_reasoning_content_when_thinking_is_on() -> None:
-    chat, sent = canned_chat("Paris", reasoning="France's capital is Paris.", enable_thinking=True)
-    message = chat.invoke("q")
+    message = qwen3_chat(thinks_by_default=False, enable_thinking=True).invoke("q")  # asked for, not the default
     assert isinstance(message, AIMessage)
     assert message.content == "Paris"
-    assert message.additional_kwargs["reasoning_content"] == "France's capital is Paris."
-    assert json.loads(sent[0].content)["chat_template_kwargs"] == {"enable_thinking": True}
+    assert message.additional_kwargs["reasoning_content"] == THOUGHT
 
 
 def test_reasoning_is_split_on_our_side_without_a_server_parser() -> None:
-    chat, _ = canned_chat("<think>\nweighing\n</think>\n\nParis", enable_thinking=True)
-    message = chat.invoke("q")
-    assert message.content == "Paris" and message.additional_kwargs["reasoning_content"] == "weighing"
+    message = qwen3_chat(thinks_by_default=False, parser=False, enable_thinking=True).invoke("q")
+    assert message.content == "Paris" and message.additional_kwargs["reasoning_content"] == THOUGHT
 
 
 def test_bind_tools_defaults_strict_and_one_call_per_turn() -> None:
