@@ -171,18 +171,11 @@ class ClassifyOptions:
 
     def _check_questions(self) -> None:
         """With questions: none of the flags that are a classifier's."""
-        given = {
-            "--classifier": self.classifier is not None,
-            "--labels": self.labels is not None,
-            "--multi-label": self.multi_label,
-            "--mode": self.mode is not None,
-            "--review-out": self.review_out is not None,
-        }
-        for flag, set_ in given.items():
-            if set_:
-                raise ConfigurationError(
-                    f"{flag} is for a classifier's labels; --questions asks its own questions (give one of them)"
-                )
+        check_no_classifier(self.classifier, self.labels, self.multi_label, self.mode, flags=True)
+        if self.review_out is not None:
+            raise ConfigurationError(
+                "--review-out is for a classifier's labels; --questions asks its own questions (give one of them)"
+            )
 
 
 def same_file(a: str, b: str) -> bool:
@@ -217,6 +210,25 @@ def check_classifier_choice(
         raise ConfigurationError(f"{multi} is for {named}; a saved classifier says whether it is multi-label")
     if labels is not None and len(set(labels)) < 2:
         raise ConfigurationError(f"{named} needs at least two distinct labels, got {list(labels)}")
+
+
+def check_no_classifier(
+    classifier: str | None, labels: Sequence[str] | None, multi_label: bool, mode: str | None, *, flags: bool
+) -> None:
+    """:class:`ConfigurationError` when a job that asks questions names a classifier too (or a
+    classifier's settings). ``flags``: name ``qwen-fast classify``'s flags, else the fields."""
+    given = {
+        ("--classifier", "classifier"): classifier is not None,
+        ("--labels", "labels"): labels is not None,
+        ("--multi-label", "multi_label"): multi_label,
+        ("--mode", "mode"): mode is not None,
+    }
+    for (flag, field_name), set_ in given.items():
+        if set_:
+            what, questions = (flag, "--questions") if flags else (field_name, "questions")
+            raise ConfigurationError(
+                f"{what} is for a classifier's labels; {questions} asks its own questions (give one of them)"
+            )
 
 
 def named_classifier(

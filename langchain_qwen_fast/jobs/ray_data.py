@@ -11,8 +11,10 @@
 A :class:`ClassifyStage` goes into the user's own ``read_* -> map_batches -> write_*``
 pipeline: called on a ``ray.data.Dataset`` it returns a lazy one with the classification
 columns (:mod:`.columns`) added to every row, streaming, from an autoscaling pool of actors
-(``concurrency=(min, max)``), each with several batches in flight. Each actor holds a
-:class:`~langchain_qwen_fast.QwenClassifier`'s engine, built on its node, over one of two
+(``concurrency=(min, max)``), each with several batches in flight. With ``questions``, the
+stage answers a question set about every row instead, adding the answers' columns
+(:mod:`.questions`). Each actor holds a :class:`~langchain_qwen_fast.QwenClassifier`'s engine
+(or a :class:`~langchain_qwen_fast.QwenDecisionModel`'s), built on its node, over one of two
 ways to reach vLLM (as Ray Data LLM has):
 
 * :class:`HTTPServers`: the servers on each node (``qwen-fast serve`` or ``vllm serve``),
@@ -42,13 +44,31 @@ from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, ResponseFormatError, is_input_error
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
-from langchain_qwen_fast.jobs.job import check_classifier_choice, named_classifier, renamed_columns
+from langchain_qwen_fast.jobs.job import (
+    LabelAnswerer,
+    RowAnswerer,
+    check_classifier_choice,
+    check_no_classifier,
+    named_classifier,
+    renamed_columns,
+)
+from langchain_qwen_fast.jobs.questions import (
+    GivenQuestions,
+    QuestionAsker,
+    answer_columns,
+    decision_model,
+    load_questions,
+    question_columns,
+    text_columns,
+)
 from langchain_qwen_fast.jobs.ray_read import PROBLEM_COLUMN
 from langchain_qwen_fast.jobs.tables import TextSource
 from langchain_qwen_fast.jobs.writers import OutputTable
 
 if TYPE_CHECKING:
+    from langchain_qwen_fast._core.decisions import QuestionSet
     from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.decision_models import QwenDecisionModel
 
 #: Seconds an actor waits for the progress counter to take a batch's figures.
 COUNTER_SECONDS = 10.0
@@ -119,10 +139,18 @@ class ClassifyStage:
     #: a Ray actor told ``add(rows, errors)`` after each batch (how ``qwen-fast classify
     #: --ray`` shows progress); None: no one
     counter: Any = None
+    #: questions to answer about every row instead of a classifier's labels (a questions
+    #: file's path, read on the driver, or the mapping of answer ids to questions; see
+    #: :mod:`.questions`), with their columns instead of the labels'
+    questions: GivenQuestions | None = None
 
     def check(self) -> None:
         """:class:`ConfigurationError` for settings that cannot work."""
-        check_classifier_choice(self.classifier, self.labels, self.multi_label, flags=False)
+        if self.questions is None:
+            check_classifier_choice(self.classifier, self.labels, self.multi_label, flags=False)
+        else:
+            check_no_classifier(self.classifier, self.labels, self.multi_label, self.mode, flags=False)
+            load_questions(self.questions)
         fewest, most = (self.concurrency, self.concurrency) if isinstance(self.concurrency, int) else self.concurrency
         if not 1 <= fewest <= most:
             raise ConfigurationError(
@@ -150,13 +178,31 @@ class ClassifyStage:
             given["base_url"] = base_url
         return named_classifier(self.classifier, self.labels, self.multi_label, **given, http_transport=http_transport)
 
+    def build_decisions(self, base_url: str | None = None, http_transport: Any = None) -> QwenDecisionModel:
+        """The decision model this stage's questions are answered with, over ``base_url``
+        (default: the engine's)."""
+        if isinstance(self.engine, HTTPServers):
+            where, model = self.engine.base_url, self.engine.model
+        else:
+            where, model = None, self.engine.served_model_name
+        return decision_model(base_url or where, model, self.abstain_below, http_transport=http_transport)
+
     def labels_only(self) -> QwenClassifier:
         """The classifier this stage names, pointing nowhere: for its labels and settings, never
         asked anything (the caller closes it)."""
         return self.build(base_url=_NOWHERE)
 
+    def answerer_only(self) -> RowAnswerer:
+        """What answers this stage's rows (its classifier or its questions), pointing nowhere:
+        for its settings, never asked anything (the caller closes it)."""
+        if self.questions is not None:
+            return QuestionAsker(self.build_decisions(_NOWHERE), load_questions(self.questions))
+        return LabelAnswerer(self.labels_only())
+
     def columns(self) -> BatchColumns:
         """The columns the stage adds (the classifier is built here only to read its labels)."""
+        if self.questions is not None:
+            return BatchColumns((), False, load_questions(self.questions))
         classifier = self.labels_only()
         try:
             return BatchColumns(tuple(classifier.label_names), classifier.multi_label)
@@ -173,12 +219,14 @@ class ClassifyStage:
 
         fewest, most = (self.concurrency, self.concurrency) if isinstance(self.concurrency, int) else self.concurrency
         engine = self.engine
+        # The questions go to the actors as the engine's set: a file is read here, on the driver.
+        stage = self if self.questions is None else dataclasses.replace(self, questions=load_questions(self.questions))
         # Blocks of one batch each: a reader's block can hold a whole file, and one block is one
         # actor call, which would leave the other actors idle.
         batches = dataset.repartition(target_num_rows_per_block=self.batch_size)
         classified = batches.map_batches(
             ClassifyActor,
-            fn_constructor_kwargs={"stage": self, "columns": self.columns()},
+            fn_constructor_kwargs={"stage": stage, "columns": stage.columns()},
             batch_size=self.batch_size,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(
@@ -216,12 +264,22 @@ class BatchColumns:
 
     labels: tuple[str, ...]
     multi_label: bool
+    #: a questions stage's questions (``labels`` then empty): their columns instead
+    questions: QuestionSet | None = None
 
     @property
     def added(self) -> list[str]:
+        if self.questions is not None:
+            return question_columns(self.questions)
         return added_columns(self.labels, self.multi_label)
 
-    def assemble(self, table: Any, results: Sequence[Classification | BaseException]) -> Any:
+    def row(self, result: Any) -> dict[str, Any]:
+        """One row's added columns."""
+        if self.questions is not None:
+            return answer_columns(result, self.questions)
+        return result_columns(result, self.labels, self.multi_label)
+
+    def assemble(self, table: Any, results: Sequence[Any]) -> Any:
         """``table`` (a ``pyarrow.Table``) with the added columns of ``results`` (one per row,
         in order) after its own."""
         import pyarrow as pa
@@ -233,8 +291,9 @@ class BatchColumns:
         renames = renamed_columns(table.column_names, self.added)
         if renames:
             table = table.rename_columns([renames.get(name, name) for name in table.column_names])
-        rows = [result_columns(r, self.labels, self.multi_label) for r in results]
-        for spec in OutputTable("parquet", [], self.added).schema():
+        rows = [self.row(r) for r in results]
+        texts = text_columns(self.questions) if self.questions is not None else None
+        for spec in OutputTable("parquet", [], self.added, text_columns=texts).schema():
             table = table.append_column(spec, pa.array([row[spec.name] for row in rows], type=spec.type))
         return table
 
@@ -260,7 +319,12 @@ async def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> li
     """Each value's classification or its own error, in order. Values that are already an
     error keep it without a request. An error that is not the row's own (the servers', the
     way to them) is raised: the batch is tried again, not written with it."""
-    results: list[Classification | BaseException | None] = [None] * len(values)
+    return await answer_rows(LabelAnswerer(classifier), values)
+
+
+async def answer_rows(answerer: RowAnswerer, values: Sequence[Any]) -> list[Any]:
+    """:func:`classify_rows` for any answerer: a classifier's, or a stage's questions."""
+    results: list[Any] = [None] * len(values)
     readable = []
     for i, value in enumerate(values):
         if isinstance(value, BaseException):
@@ -268,7 +332,7 @@ async def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> li
         else:
             readable.append(i)
     if readable:
-        answers = await classifier.engine.aclassify([values[i] for i in readable])
+        answers = await answerer.aanswer([values[i] for i in readable])
         for i, result in zip(readable, answers):
             if isinstance(result, BaseException) and not is_input_error(result):
                 raise result
@@ -278,39 +342,53 @@ async def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> li
 
 class ClassifyActor:
     """The ``map_batches`` callable: one per Ray actor, built on its node. Its engine (the
-    classifier, and with :class:`VLLMInActor` the vLLM engine under it) starts on the first
-    batch, in the actor's event loop, where every batch then runs.
+    classifier or, for a questions stage, the decision model, and with :class:`VLLMInActor`
+    the vLLM engine under it) starts on the first batch, in the actor's event loop, where
+    every batch then runs.
 
-    ``classifier`` (tests, or a process that is its own worker): use this one instead."""
+    ``classifier`` (tests, or a process that is its own worker): use this one instead (a
+    ``QwenDecisionModel`` for a questions stage)."""
 
-    def __init__(self, stage: ClassifyStage, columns: BatchColumns, classifier: QwenClassifier | None = None) -> None:
+    def __init__(
+        self, stage: ClassifyStage, columns: BatchColumns, classifier: QwenClassifier | QwenDecisionModel | None = None
+    ) -> None:
         self.stage = stage
         self.columns = columns
         self.source = TextSource(stage.text_column)
-        self._classifier: QwenClassifier | None = classifier
+        self._given = classifier
+        self._answerer: RowAnswerer | None = None
         self._engine: Any = None
         self._starting: asyncio.Lock | None = None
 
-    async def classifier(self) -> QwenClassifier:
-        """The actor's classifier, started on first use."""
+    async def answerer(self) -> RowAnswerer:
+        """What answers the actor's rows, started on first use."""
         if self._starting is None:
             self._starting = asyncio.Lock()
         async with self._starting:
-            if self._classifier is None:
-                engine = self.stage.engine
-                if isinstance(engine, VLLMInActor):
-                    from langchain_qwen_fast.serving.in_process import InProcessVLLM
+            if self._answerer is None:
+                built = self._given
+                if built is None:
+                    base_url, transport = None, None
+                    engine = self.stage.engine
+                    if isinstance(engine, VLLMInActor):
+                        from langchain_qwen_fast.serving.in_process import InProcessVLLM
 
-                    self._engine = InProcessVLLM(engine.args())
-                    await self._engine.start()
-                    self._classifier = self.stage.build(self._engine.base_url, self._engine.transport)
+                        self._engine = InProcessVLLM(engine.args())
+                        await self._engine.start()
+                        base_url, transport = self._engine.base_url, self._engine.transport
+                    if self.columns.questions is None:
+                        built = self.stage.build(base_url, transport)
+                    else:
+                        built = self.stage.build_decisions(base_url, transport)
+                if self.columns.questions is None:
+                    self._answerer = LabelAnswerer(built)  # type: ignore[arg-type]
                 else:
-                    self._classifier = self.stage.build()
-            return self._classifier
+                    self._answerer = QuestionAsker(built, self.columns.questions)  # type: ignore[arg-type]
+            return self._answerer
 
     async def __call__(self, table: Any) -> Any:
-        classifier = await self.classifier()
-        results = await classify_rows(classifier, texts_of(table, self.source))
+        answerer = await self.answerer()
+        results = await answer_rows(answerer, texts_of(table, self.source))
         if self.stage.counter is not None:
             errors = sum(isinstance(result, BaseException) for result in results)
             # Progress only: a counter that does not answer in time neither holds up nor fails

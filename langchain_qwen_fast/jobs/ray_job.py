@@ -16,6 +16,9 @@ streaming: no row passes through the driver. The output folder is a dataset any 
 files under names that start with ``_``, which readers skip: ``_job.json`` (what the rows
 were made with), ``_report.json``, ``_histogram.png`` and ``_checkpoint/``.
 
+A job with questions (``ClassifyOptions.questions``) answers them about every row instead of
+classifying it: the file is read on the driver, its answers' columns written (:mod:`.questions`).
+
 Resuming is Ray Data's checkpointing keyed on an id column: the input's (``id_column``) or the
 one the reader derives from each row's file and place. Killed at any moment, the same command
 classifies only the rows not yet written, and writes none twice. Other options, or an input
@@ -43,11 +46,13 @@ from typing import Any
 
 import orjson
 
+from langchain_qwen_fast._core.decisions import QuestionSet
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InfrastructureFailure, RecordedError
 from langchain_qwen_fast.jobs.columns import probability_column
-from langchain_qwen_fast.jobs.job import ClassifyOptions, differences, fingerprint
+from langchain_qwen_fast.jobs.job import ClassifyOptions, RowAnswerer, differences, fingerprint
+from langchain_qwen_fast.jobs.questions import outcome_of
 from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor, peak_rss_mib, stage_of
 from langchain_qwen_fast.jobs.ray_read import EXTENSIONS, ROW_ID_COLUMN, read_table, row_id
 from langchain_qwen_fast.jobs.review import ReviewChunk, write_review
@@ -202,10 +207,15 @@ def identity(files: list[Any]) -> list[list[Any]]:
 
 
 def job_record(
-    options: ClassifyOptions, ray_options: RayOptions, classifier: Any, kinds: tuple[Format, Format], files: list[Any]
+    options: ClassifyOptions,
+    ray_options: RayOptions,
+    answerer: RowAnswerer,
+    kinds: tuple[Format, Format],
+    files: list[Any],
 ) -> dict[str, Any]:
-    """What must be the same for a re-run to keep the rows already written."""
-    same = fingerprint(dataclasses.replace(options, input=STDIN), classifier, kinds)
+    """What must be the same for a re-run to keep the rows already written: as a local job's
+    (the classifier's configuration or the questions), and the input's files."""
+    same = fingerprint(dataclasses.replace(options, input=STDIN), answerer, kinds)
     same.pop("input", None)
     return {**same, "id_column": ray_options.id_column or ROW_ID_COLUMN, "files": identity(files)}
 
@@ -279,17 +289,27 @@ class BatchCounter:
 
 # -- the report -------------------------------------------------------------------------------
 def count_block(
-    table: Any, labels: tuple[str, ...], multi_label: bool, text: TextSource, review: Any, id_column: str
+    table: Any,
+    labels: tuple[str, ...],
+    multi_label: bool,
+    text: TextSource,
+    review: Any,
+    id_column: str,
+    questions: QuestionSet | None = None,
 ) -> Any:
     """One written block's counts and review entries, as a one-row table of JSON (a worker's
     share of the report). A review entry's ``row`` is the row's id (an id that is not a whole
-    number, by a number made from it)."""
+    number, by a number made from it). ``questions``: a questions job's rows, read back as
+    answers."""
     import pyarrow as pa
 
     counts = Counts()
     chunk = ReviewChunk(review) if review is not None else None
     names = set(table.column_names)
     for row in table.to_pylist():
+        if questions is not None:
+            counts.add(outcome_of(row, questions))
+            continue
         result = result_of(row, labels, multi_label)
         counts.add(result)
         if chunk is not None:
@@ -371,11 +391,11 @@ def classify_dataset(options: ClassifyOptions, ray_options: RayOptions | None = 
     base, files = input_files(options, kinds[0])
     output = Location.of(options.out)
     check_apart(base, output)
-    labels_only = stage.labels_only()
+    answerer = stage.answerer_only()
     try:
-        record = job_record(options, ray_options, labels_only, kinds, files)
+        record = job_record(options, ray_options, answerer, kinds, files)
     finally:
-        labels_only.close()
+        answerer.close()
     started = time.perf_counter()
     own = not ray.is_initialized()
     if own:
@@ -435,7 +455,7 @@ def _run(
         dataset = dataset.drop_columns([ROW_ID_COLUMN])
     counter = ray.remote(num_cpus=0)(BatchCounter).remote()
     classified = dataclasses.replace(stage, counter=counter)(dataset)
-    if kinds[1] == "csv":
+    if kinds[1] == "csv" and stage.questions is None:
         classified = classified.map_batches(_joined_labels, batch_format="pyarrow")
     done = threading.Event()
     progress = threading.Thread(target=_print_progress, args=(counter, done, options.progress), daemon=True)
@@ -515,6 +535,7 @@ def _report(
             "text": text,
             "review": review,
             "id_column": id_column,
+            "questions": columns.questions,
         },
         batch_format="pyarrow",
         batch_size=None,
@@ -543,6 +564,7 @@ def _report(
         report=output.child(REPORT_FILE),
         review=review_written,
         options={"input": options.input, "out": options.out},
+        questions=columns.questions is not None,
     )
     output.write(REPORT_FILE, orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
     return report

@@ -291,3 +291,55 @@ def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setitem(sys.modules, "ray", None)  # importlib finds no spec for it
     with pytest.raises(MissingDependencyError, match=r"pip install 'langchain-qwen-fast\[ray\]'"):
         classify_dataset(options(tmp_path))
+
+
+# -- questions -------------------------------------------------------------------------------
+def test_a_questions_stage_adds_the_answers_columns_with_errors_in_place_and_counts_them_back() -> None:
+    from langchain_qwen_fast import QwenDecisionModel
+    from langchain_qwen_fast.jobs.questions import load_questions, outcome_of, question_columns
+    from tests.unit_tests.jobs.test_questions import QUESTIONS, tickets
+
+    fake = FakeVLLM()
+    questions = load_questions(QUESTIONS)
+    stage = ClassifyStage(questions=QUESTIONS)
+    stage.check()
+    assert stage.columns() == BatchColumns((), False, questions)
+    model = QwenDecisionModel(base_url=URL, model="qwen3", http_transport=fake.transport)
+    runner = ClassifyActor(stage, stage.columns(), model)
+    texts: list[Any] = tickets(12)
+    texts[2], texts[7] = "", None
+    out = asyncio.run(runner(pa.table({"id": list(range(12)), "text": texts})))
+    assert out.column_names == ["id", "text", *question_columns(questions)]
+    assert out.schema.field("team").type == pa.string() and out.schema.field("anger.p_1").type == pa.float64()
+    rows = out.to_pylist()
+    assert rows[2]["error"].startswith("InvalidInputError: state is empty") and rows[2]["team"] is None
+    assert rows[7]["error"].startswith("InvalidInputError: state must be text")
+    good = [t for i, t in enumerate(texts) if i not in (2, 7)]
+    direct = model.batch([{"state": t, "questions": QUESTIONS} for t in good])
+    answered = [r for i, r in enumerate(rows) if i not in (2, 7)]
+    assert [r["team"] for r in answered] == [d.choices["team"].choice for d in direct]
+    assert [r["urgent"] for r in answered] == pytest.approx([d.nouls["urgent"].noul for d in direct])
+    part = count_block(out, (), False, TextSource(), None, "id", questions).to_pylist()[0]
+    counts = Counts.from_json(json.loads(part["counts"]))
+    expected = Counts()
+    for row in rows:
+        expected.add(outcome_of(row, questions))
+    assert counts == expected and counts.errors == 2 and sum(counts.answer_counts["team"].values()) == 10
+    down = FakeVLLM()
+    down.fail("/completions", *[status(503)] * 50)
+    broken = QwenDecisionModel(base_url=URL, model="qwen3", http_transport=down.transport, max_retries=0)
+    with pytest.raises(TransportError):
+        asyncio.run(ClassifyActor(stage, stage.columns(), broken)(pa.table({"text": tickets(3)})))
+
+
+def test_a_questions_stage_refuses_a_classifier_and_a_bad_question_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="labels is for a classifier's labels; questions asks"):
+        ClassifyStage(labels=LABELS, questions={"u": {"type": "noul", "instructions": "x"}}).check()
+    with pytest.raises(ConfigurationError, match="question 'u' is not a Noul"):
+        ClassifyStage(questions={"u": {"type": "nope"}}).check()
+    with pytest.raises(ConfigurationError, match="--review-out is for a classifier's labels"):
+        check_options(
+            options(tmp_path, labels=None, questions={"u": {"type": "noul", "instructions": "x"}}, review_out="r.csv",
+                    review_sample=2),
+            RayOptions(),
+        )  # fmt: skip
