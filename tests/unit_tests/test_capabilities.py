@@ -20,7 +20,7 @@ from langchain_qwen_fast import Classification, InvalidInputError, QwenClassifie
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast.caches import ClassificationCache, InMemoryCache, SQLiteCache
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
-from tests.support.fake_vllm import FakeVLLM, logit, softmax, toy_detokenize, toy_tokenize
+from tests.support.fake_vllm import FakeVLLM, logit, softmax, toy_tokenize
 
 LABELS = list(AG_NEWS_LABELS)
 URL = "http://vllm.test/v1"
@@ -58,16 +58,18 @@ def test_multi_label_scores_each_label_with_a_yes_no_step(fake: FakeVLLM) -> Non
 
 def test_a_texts_label_questions_share_its_prefix_and_request(fake: FakeVLLM) -> None:
     classifier = make(fake, multi_label=True, batch_size=64)
-    classifier.prepare()
+    plan = classifier.prepare()
     before = len(fake.calls("/v1/completions"))
-    classifier.batch(["first text", "second text"])
+    results = classifier.batch(["first text", "second text"])
     (request,) = fake.calls("/v1/completions")[before:]  # 2 texts x 4 labels: one request
-    prompts = request.body["prompt"]
-    assert len(prompts) == 8
-    for text, group in (("first text", prompts[:4]), ("second text", prompts[4:])):
-        shared = classifier.prepare().head + "<|im_start|>user\n" + text
-        assert all(p.startswith(shared) for p in group)  # instructions and text first, question last
-        assert [p[len(shared) :] for p in group] == [classifier.prepare().label_set.question(x) for x in LABELS]
+    assert len(request.body["prompt"]) == 8
+    yes, no = toy_tokenize("yes")[0], toy_tokenize("no")[0]
+    for text, result in zip(["first text", "second text"], results):
+        shared = plan.head + "<|im_start|>user\n" + text
+        prompts = [plan.render(text, k) for k in range(len(LABELS))]
+        assert [p[len(shared) :] for p in prompts] == [plan.label_set.question(x) for x in LABELS]  # question last
+        want = [softmax([logit(p, yes), logit(p, no)])[0] for p in prompts]  # what the server answers them
+        assert result.scores is not None and list(result.scores.values()) == pytest.approx(want)
 
 
 def test_multi_label_head_keeps_sigmoid_probabilities(fake: FakeVLLM) -> None:
@@ -527,18 +529,22 @@ def test_the_compact_layout_asks_every_path_after_the_text_in_one_token(
     for head in heads:
         assert head.endswith("<|endoftext|>")
         assert len(toy_tokenize(head)) % CACHE_BLOCK_TOKENS == 0  # the fixed part fills whole blocks
-    since = len(fake.calls("/v1/completions"))
-    results = classifier.batch(["Stocks rally as rates fall", "Cup final tonight"])
+    texts = ["Stocks rally as rates fall", "Cup final tonight"]
+    results = classifier.batch(texts)
     assert all(isinstance(r, Classification) for r in results)
-    for prompt in prompts_sent(fake, since):
-        text = prompt if isinstance(prompt, str) else toy_detokenize(prompt)
-        (head,) = [h for h in heads if text.startswith(h)]
-        rest = text[len(head) :]
-        assert "<|im_start|>" not in rest
-        # after the text: one special token, then a multi-label question or the label tokens given
-        assert COMPACT_SUFFIX in rest and not rest.endswith(PROMPT_SUFFIX)
-    if not settings:
-        assert [p[-len(COMPACT_SUFFIX) :] for p in prompts_sent(fake, since)] == [COMPACT_SUFFIX] * 2
+    for plan in classifier.engine.plans().values():
+        for text in texts:
+            for step in range(len(plan.steps)):
+                rest = plan.render(text, step)[len(plan.head) :]
+                assert "<|im_start|>" not in rest
+                # after the text: one special token, then a multi-label question or the label tokens given
+                assert COMPACT_SUFFIX in rest and not rest.endswith(PROMPT_SUFFIX)
+    if not settings:  # the server answered the prompt ending in the one special token
+        (plan,) = classifier.engine.plans().values()
+        for text, result in zip(texts, results):
+            assert plan.render(text).endswith(text + COMPACT_SUFFIX)
+            want = softmax([logit(plan.render(text), t) for t in plan.answer_token_ids])
+            assert result.scores is not None and list(result.scores.values()) == pytest.approx(want)
 
 
 def test_the_layout_is_saved_and_loaded(fake: FakeVLLM, tmp_path: Path) -> None:

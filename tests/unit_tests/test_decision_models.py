@@ -139,14 +139,19 @@ def test_messages_keep_their_roles_and_json_renders_alike_every_time(fake: FakeV
         AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": 7}, "id": "c1"}]),
         ToolMessage("two charges found", tool_call_id="c1"),
     ]
-    model.invoke({"state": conversation, "questions": {"team": TEAM}})
-    prompt = completions(fake)[-1].body["prompt"][0]
-    assert "system: You are support.\nuser: My card was charged twice.\nassistant: tool call" in prompt
-    assert "tool: two charges found" in prompt
-    first = model.invoke({"state": {"b": 1, "a": [HumanMessage("hi")]}, "questions": {"team": TEAM}})
-    second = model.invoke({"state": {"a": [HumanMessage("hi")], "b": 1}, "questions": {"team": TEAM}})
-    assert first.answers == second.answers
-    assert '{"a":[{"content":"hi","role":"user"}],"b":1}' in completions(fake)[-1].body["prompt"][0]
+    # a conversation is answered as its transcript, a turn a line with its role
+    transcript = (
+        "system: You are support.\nuser: My card was charged twice.\n"
+        'assistant: tool call {"args": {"id": 7}, "name": "lookup"}\ntool: two charges found'
+    )
+    answered = model.invoke({"state": conversation, "questions": QUESTIONS}).answers
+    assert answered == model.invoke({"state": transcript, "questions": QUESTIONS}).answers
+    assert answered != model.invoke({"state": transcript.replace("twice", "once"), "questions": QUESTIONS}).answers
+    # JSON is answered as its compact text with sorted keys, whatever the order it was built in
+    first = model.invoke({"state": {"b": 1, "a": [HumanMessage("hi")]}, "questions": QUESTIONS})
+    second = model.invoke({"state": {"a": [HumanMessage("hi")], "b": 1}, "questions": QUESTIONS})
+    as_text = model.invoke({"state": '{"a":[{"content":"hi","role":"user"}],"b":1}', "questions": QUESTIONS})
+    assert first.answers == second.answers == as_text.answers
 
 
 @pytest.mark.parametrize(
@@ -196,7 +201,8 @@ def test_labels_sharing_first_tokens_and_one_label_choices_are_answered(fake: Fa
     response = make(fake).invoke({"state": "rockets", "questions": {"shared": shared, "only": only}})
     check_distributions(response)
     assert response.choices["only"].choice == "only" and response.choices["only"].confidence == 1.0
-    assert len({tuple(c.body["logprob_token_ids"]) for c in completions(fake)}) >= 2  # a step per trie node
+    told_apart = response.choices["shared"].probabilities  # past their shared first tokens, a step per trie node
+    assert len({told_apart["Sci/Tech"], told_apart["Sci/Fi"], told_apart["Sports"]}) == 3
 
 
 def test_long_label_sets_and_rubrics_are_answered(fake: FakeVLLM) -> None:
