@@ -311,3 +311,36 @@ def test_the_ray_benchmark_times_the_job_on_ray_beside_the_job_without_it(
     written = json.loads((tmp_path / "results.json").read_text())
     figures = ("ray_rows_per_s", "job_rows_per_s", "ray_over_job", "driver_peak_rss_mib", "actor_peak_rss_mib")
     assert {k: written[k] for k in figures} == {k: getattr(result, k) for k in figures}
+
+
+def test_the_command_with_questions_on_ray_answers_every_row_as_the_decision_model(
+    local_ray: None, server_url: str, tmp_path: Path
+) -> None:
+    """``qwen-fast classify --ray ADDRESS --questions FILE`` on this module's Ray (joined by its
+    address, as ``--ray local`` would start one): every row once with the answers' columns,
+    ``QwenDecisionModel``'s for the same state, an empty row's error in place, the counts in
+    the report; the file read on the driver only."""
+    from tests.integration_tests.jobs.test_questions import QUESTIONS, assert_answers_of_the_model, in_process
+
+    given = rows_of(70)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in given))
+    questions = tmp_path / "questions.json"
+    questions.write_text(json.dumps(QUESTIONS))
+    out_dir = tmp_path / "out"
+    argv = [sys.executable, "-m", "langchain_qwen_fast.cli.main", "classify", str(source), "--out", str(out_dir)]
+    argv += ["--questions", str(questions), "--base-url", server_url, "--id-column", "id", "--actors", "1"]
+    argv += ["--batch-rows", "16", "--no-progress", "--ray", ray.get_runtime_context().gcs_address]
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "wrote 70 rows" in done.stdout and "topic distribution:" in done.stdout
+    out = by_id(pq.read_table(out_dir).to_pylist())
+    assert sorted(out) == list(range(70)) and [out[i]["text"] for i in range(70)] == [g["text"] for g in given]
+    for i in EMPTY_ROWS:
+        assert out[i]["error"].startswith("InvalidInputError") and out[i]["topic"] is None
+    good = [i for i in range(70) if i not in EMPTY_ROWS]
+    assert_answers_of_the_model([out[i] for i in good], in_process(server_url, [given[i]["text"] for i in good]))
+    report = json.loads((out_dir / REPORT_FILE).read_text())
+    assert report["rows"] == 70 and report["errors"] == 2 and sum(report["answer_counts"]["topic"].values()) == 68
+    assert (out_dir / "_histogram.png").stat().st_size > 0
