@@ -125,19 +125,7 @@ def test_killed_and_started_again_the_job_finishes_with_every_row_once_in_order(
     classify(str(source), "--out", str(whole), *args)
 
     out = tmp_path / "out.csv"
-    job = subprocess.Popen([*COMMAND, str(source), "--out", str(out), *args], cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    folder = work_folder(out)
-    deadline = time.monotonic() + 300
-    # Committed parts only: a part being written has a temporary name (".tmp-…"), which a
-    # pattern of "*" matches too.
-    while len(list(folder.glob("0*.csv"))) < 3 and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert job.poll() is None, "the job ended before it could be killed"
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait(30)
-    committed = len(list(folder.glob("0*.csv")))
-    assert committed >= 3 and not out.exists()
+    folder = killed_after_parts(source, out, args, 3)
 
     printed = classify(str(source), "--out", str(out), *args).stdout
     assert "done by an earlier run" in printed
@@ -148,6 +136,24 @@ def test_killed_and_started_again_the_job_finishes_with_every_row_once_in_order(
     assert [r["label"] for r in rows] == [r["label"] for r in reference]
     assert max(abs(float(a["p_World"]) - float(b["p_World"])) for a, b in zip(rows, reference)) < 1e-3
     assert not folder.exists()
+
+
+def killed_after_parts(source: Path, out: Path, args: list[str], parts: int) -> Path:
+    """Run the command on ``source`` into the CSV ``out``, SIGKILL it once ``parts`` parts are
+    committed, and return its work folder (which holds them)."""
+    job = subprocess.Popen([*COMMAND, str(source), "--out", str(out), *args], cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    folder = work_folder(out)
+    deadline = time.monotonic() + 300
+    # Committed parts only: a part being written has a temporary name (".tmp-…"), which a
+    # pattern of "*" matches too.
+    while len(list(folder.glob("0*.csv"))) < parts and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.poll() is None, "the job ended before it could be killed"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait(30)
+    assert len(list(folder.glob("0*.csv"))) >= parts and not out.exists()
+    return folder
 
 
 def test_review_file_goes_back_into_training(server_url: str, tmp_path: Path) -> None:

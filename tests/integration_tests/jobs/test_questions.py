@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from langchain_qwen_fast import QwenDecisionModel
-from langchain_qwen_fast.jobs.parts import work_folder
 from langchain_qwen_fast.testing.samples import news_items
 from tests.integration_tests.conftest import ROOT
-from tests.integration_tests.jobs.test_classify import COMMAND, classify, table, write
+from tests.integration_tests.jobs.test_classify import COMMAND, classify, killed_after_parts, table, write
 
 QUESTIONS: dict[str, Any] = {
     "topic": {
@@ -101,17 +97,7 @@ def test_a_questions_job_killed_and_started_again_ends_with_every_row_once(serve
     out = tmp_path / "out.csv"
     args = ["--questions", str(questions_file(tmp_path)), "--base-url", server_url, "--chunk-rows", "32",
             "--chunks-in-flight", "1", "--no-progress", "--no-histogram"]  # fmt: skip
-    job = subprocess.Popen([*COMMAND, str(source), "--out", str(out), *args], cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    folder = work_folder(out)
-    deadline = time.monotonic() + 300
-    # Committed parts only: a part being written has a temporary name (".tmp-…").
-    while len(list(folder.glob("0*.csv"))) < 2 and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert job.poll() is None, "the job ended before it could be killed"
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait(30)
-    assert len(list(folder.glob("0*.csv"))) >= 2 and not out.exists()
+    folder = killed_after_parts(source, out, args, 2)
 
     printed = classify(str(source), "--out", str(out), *args).stdout
     assert "done by an earlier run" in printed

@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from langchain_core.decisions import Choice, Noul, Score
 
@@ -29,7 +28,7 @@ from langchain_qwen_fast.jobs.questions import (
 from langchain_qwen_fast.jobs.summary import Counts, render
 from tests.support.cli import parse_command
 from tests.support.fake_vllm import FakeVLLM
-from tests.unit_tests.jobs.test_job import Killed, read_csv, write_csv
+from tests.unit_tests.jobs.test_job import Killed, dying_after, read_csv, write_csv
 
 URL = "http://vllm.test/v1"
 QUESTIONS: dict[str, Any] = {
@@ -237,19 +236,6 @@ def test_json_rows_and_parquet_output(fake: FakeVLLM, tmp_path: Path) -> None:
     rows = table.to_pylist()
     assert rows[0]["error"] is None and rows[1]["error"] is None and isinstance(rows[1]["urgent"], float)
     assert rows[2]["error"].startswith("InvalidInputError: state must be text") and rows[2]["team"] is None
-
-
-def dying_after(fake: FakeVLLM, completions: int) -> httpx.MockTransport:
-    seen = {"n": 0}
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/completions"):
-            seen["n"] += 1
-            if seen["n"] > completions:
-                raise Killed
-        return fake(request)
-
-    return httpx.MockTransport(handler)
 
 
 def test_an_interrupted_questions_job_resumes_with_every_row_once(fake: FakeVLLM, tmp_path: Path) -> None:
