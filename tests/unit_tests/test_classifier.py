@@ -365,7 +365,7 @@ def test_missing_and_off_label_choices_fail_only_their_items(fake: FakeVLLM) -> 
     plan = classifier.prepare()
 
     def tamper(request: httpx.Request) -> httpx.Response:
-        reply = fake._completions(__import__("json").loads(request.content)).json()
+        reply = FakeVLLM()(request).json()  # the same server's answer, then tampered with
         reply["choices"] = [c for c in reply["choices"] if c["index"] != 1]  # lose item 1
         top = reply["choices"][1]["logprobs"]["top_logprobs"][0]
         del top[f"token_id:{plan.answer_token_ids[0]}"]  # item 2 lacks an answer token's logprob

@@ -109,9 +109,9 @@ def test_sft_prompt_is_the_classifiers_prompt_and_targets_the_first_label_token(
 def test_a_text_is_cut_to_its_token_limit_in_either_layout(layout: PromptLayout) -> None:
     task = _sft(["World", "Sports"], layout, max_text_tokens=4)
     long = " ".join(f"w{i}" for i in range(20))  # 39 toy tokens: words and the spaces between
-    (body,) = task._bodies([long])
+    (prompt,) = task.encode([long])
     opening = toy_tokenize(task.plan.label_set.body_open)
-    assert body == [*opening, *toy_tokenize(long)[:4]]
+    assert prompt == task.plan.prompt_ids([*opening, *toy_tokenize(long)[:4]], 0)  # the first 4 of its tokens
     assert len(opening) == (3 if layout == "chat" else 0)
 
 
@@ -178,7 +178,7 @@ def test_multi_label_sft_trains_the_classifiers_yes_no_prompt_of_every_label(lay
         assert len(plan.head_ids) % CACHE_BLOCK_TOKENS == 0 and served.render("x", 2).endswith("x<|im_end|>Sci/Tech?")
     task = _sft(labels, layout, multi_label=True)
     (body,) = task.encode(["Stocks rally"])
-    prompts = task._label_prompts([body])
+    prompts = [task.plan.prompt_ids(body, k) for k in range(len(labels))]
     assert prompts == [toy_tokenize(served.render("Stocks rally", k)) for k in range(len(labels))]
     assert task.label_rows([(0, 2), ()]).tolist() == [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
     with pytest.raises(ConfigurationError, match="multi-label"):
@@ -289,7 +289,7 @@ def test_full_fine_tuning_of_the_touched_rows_alone_is_the_same_run(method: str,
 @layouts
 def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prompt(layout: PromptLayout) -> None:
     """One pass per text reads every label's question as a branch after the shared text: each
-    label's yes/no margin, and its gradient, equal those of the label's own whole prompt run
+    label's P(yes), and its gradient, equal those of the label's own whole prompt run
     alone, as the server runs it."""
     import torch
 
@@ -300,14 +300,14 @@ def test_multi_label_sft_reads_every_labels_question_in_one_pass_as_its_own_prom
     task = SFTTask(options, ["World", "Sports", "Business"], DenseToyTokenizer(), torch, True)
     bodies = task.encode(["Stocks rally", "Cup final tonight in the rain, again and again", "New chip ships today"])
     assert len({len(b) for b in bodies}) == 3  # padded stems of different lengths
-    branched = task._yes_minus_no(model, bodies)
+    branched = task.probabilities(model, bodies)
     yes, no = task.plan.answer_token_ids
-    alone = torch.stack(
-        [model(input_ids=torch.tensor([p]), logits_to_keep=1).logits[0, -1] for p in task._label_prompts(bodies)]
-    )
-    expected = (alone[:, yes] - alone[:, no]).reshape(3, 3)
-    assert torch.allclose(branched, expected, atol=1e-5)
-    assert (expected - expected.mean()).abs().max() > 1e-2  # labels and texts tell apart here
+    prompts = [task.plan.prompt_ids(body, k) for body in bodies for k in range(3)]  # as the server runs them
+    alone = torch.stack([model(input_ids=torch.tensor([p]), logits_to_keep=1).logits[0, -1] for p in prompts])
+    margins = (alone[:, yes] - alone[:, no]).reshape(3, 3)
+    expected = torch.sigmoid(margins)  # P(yes) / (P(yes) + P(no)), what the classifier reads
+    assert torch.allclose(branched, expected, atol=2e-6)
+    assert (margins - margins.mean()).abs().max() > 1e-2  # labels and texts tell apart here
     weight = model.model.layers[0].self_attn.q_proj.weight
     (branched_grad,) = torch.autograd.grad(branched.sum(), weight)
     (expected_grad,) = torch.autograd.grad(expected.sum(), weight)
