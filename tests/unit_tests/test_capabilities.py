@@ -64,7 +64,7 @@ def test_a_texts_label_questions_share_its_prefix_and_request(fake: FakeVLLM) ->
     (request,) = fake.calls("/v1/completions")[before:]  # 2 texts x 4 labels: one request
     assert len(request.body["prompt"]) == 8
     yes, no = toy_tokenize("yes")[0], toy_tokenize("no")[0]
-    for text, result in zip(["first text", "second text"], results):
+    for text, result in zip(["first text", "second text"], results, strict=True):
         shared = plan.head + "<|im_start|>user\n" + text
         prompts = [plan.render(text, k) for k in range(len(LABELS))]
         assert [p[len(shared) :] for p in prompts] == [plan.label_set.question(x) for x in LABELS]  # question last
@@ -526,6 +526,7 @@ def test_the_compact_layout_asks_every_path_after_the_text_in_one_token(
     classifier = make(fake, prompt_layout="compact", **settings)
     classifier.prepare()
     heads = [plan.head for plan in classifier.engine.plans().values()]  # one per hierarchy node
+    assert heads
     for head in heads:
         assert head.endswith("<|endoftext|>")
         assert len(toy_tokenize(head)) % CACHE_BLOCK_TOKENS == 0  # the fixed part fills whole blocks
@@ -541,7 +542,7 @@ def test_the_compact_layout_asks_every_path_after_the_text_in_one_token(
                 assert COMPACT_SUFFIX in rest and not rest.endswith(PROMPT_SUFFIX)
     if not settings:  # the server answered the prompt ending in the one special token
         (plan,) = classifier.engine.plans().values()
-        for text, result in zip(texts, results):
+        for text, result in zip(texts, results, strict=True):
             assert plan.render(text).endswith(text + COMPACT_SUFFIX)
             want = softmax([logit(plan.render(text), t) for t in plan.answer_token_ids])
             assert result.scores is not None and list(result.scores.values()) == pytest.approx(want)

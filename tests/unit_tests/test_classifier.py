@@ -243,7 +243,7 @@ def test_texts_follow_a_shared_head_and_every_label_is_scored_whatever_is_sample
     results = classifier.batch(texts)
     # The fake server samples a token that answers no label: the scores come from every answer
     # token's logprob alone, for the prompt the plan renders (the body: test_vllm_api).
-    for text, result in zip(texts, results):
+    for text, result in zip(texts, results, strict=True):
         assert result.scores is not None
         assert [result.scores[label] for label in LABELS] == pytest.approx(expected(classifier, text))
     plan = classifier.prepare()
