@@ -141,9 +141,12 @@ def _work(model: Any, questions: dict[str, Any], states: list[str], warm: list[s
     plan = model.prepare(questions)
 
     def prompts(texts: list[str]) -> list[Any]:
+        # A state's prompts side by side, as the decision model sends them to one server: the
+        # engines take the work in runs, and each state's tokens are then computed once.
         steps = range(len(plan.steps))
         if plan.tokenizer is not None:
-            return [ids for k in steps for ids in plan.encode(texts, k)]
+            by_step = [plan.encode(texts, k) for k in steps]
+            return [by_step[k][i] for i in range(len(texts)) for k in steps]
         return [plan.render(t, k) for t in texts for k in steps]
 
     timed = prompts(states)
