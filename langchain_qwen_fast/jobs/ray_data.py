@@ -43,15 +43,15 @@ from typing import TYPE_CHECKING, Any
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, ResponseFormatError, is_input_error
-from langchain_qwen_fast.jobs.columns import added_columns, result_columns
-from langchain_qwen_fast.jobs.job import (
+from langchain_qwen_fast.jobs.answerers import (
     LabelAnswerer,
     RowAnswerer,
     check_classifier_choice,
     check_no_classifier,
     named_classifier,
-    renamed_columns,
 )
+from langchain_qwen_fast.jobs.columns import added_columns, result_columns
+from langchain_qwen_fast.jobs.job import renamed_columns
 from langchain_qwen_fast.jobs.questions import (
     GivenQuestions,
     QuestionAsker,

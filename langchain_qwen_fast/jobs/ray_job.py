@@ -50,8 +50,9 @@ from langchain_qwen_fast._core.decisions import QuestionSet
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InfrastructureFailure, RecordedError
+from langchain_qwen_fast.jobs.answerers import RowAnswerer
 from langchain_qwen_fast.jobs.columns import probability_column
-from langchain_qwen_fast.jobs.job import ClassifyOptions, RowAnswerer, differences, fingerprint
+from langchain_qwen_fast.jobs.job import ClassifyOptions, differences, fingerprint
 from langchain_qwen_fast.jobs.questions import outcome_of
 from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor, peak_rss_mib, stage_of
 from langchain_qwen_fast.jobs.ray_read import EXTENSIONS, ROW_ID_COLUMN, read_table, row_id
