@@ -49,6 +49,7 @@ async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
     import time
 
     pool = ClientProcesses(EchoEngine, processes=2)
+    assert not pool.broken  # no pool runs yet
     try:
         texts = [f"t{i}" for i in range(11)]
         results, lost = merge(len(texts), pool.classify(texts, in_flight=9, parts=2))
@@ -60,12 +61,13 @@ async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
         for worker in multiprocessing.active_children():
             os.kill(worker.pid or 0, signal.SIGKILL)
         deadline = time.monotonic() + 10  # the pool's manager thread sees them die and marks the pool broken
-        while not pool._pool._broken:
+        while not pool.broken:
             assert time.monotonic() < deadline, "the pool was never marked broken"
             time.sleep(0.01)
         results, lost = merge(4, pool.classify(["a", "b", "c", "d"], in_flight=2, parts=2))
         assert lost == [] and [text for _, text, _ in results] == ["a", "b", "c", "d"]
         assert not {pid for pid, _, _ in results} & first  # a fresh pool
+        assert not pool.broken
 
         dying = ["a", "b", "c", DIE_ON, "e", "f"]
         outcomes = await pool.aclassify(dying, in_flight=4, parts=2)
