@@ -1,6 +1,7 @@
 """The benchmarks' typed options from parsed arguments: :mod:`langchain_qwen_fast.cli.options`'s,
 under the names the benchmark tools import (their options are split into parts, whose fields
-are the flags: the leaves)."""
+are the flags: the leaves). Private to the tools: tests use :mod:`langchain_qwen_fast.cli.options`'s
+own names (``field_names``, ``defaults``)."""
 
 from __future__ import annotations
 

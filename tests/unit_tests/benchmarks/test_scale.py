@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from benchmarks import scale
-from benchmarks._options import leaf_names
 from benchmarks.ceiling import Ceiling
 from benchmarks.layouts import ScalingRounds, SubsetRow, Throughput, us_per_item
 from benchmarks.sampling import HostCpus, HostLoad
@@ -23,7 +22,7 @@ from benchmarks.scale import (
     ServiceOptions,
 )
 from langchain_qwen_fast.bench.report import header
-from langchain_qwen_fast.cli.options import whole_numbers
+from langchain_qwen_fast.cli.options import field_names, whole_numbers
 from langchain_qwen_fast.errors import ConfigurationError
 
 
@@ -72,7 +71,7 @@ def test_the_defaults_are_the_dataclasses_own(tmp_path: Path) -> None:
     assert parsed("--model", str(tmp_path)).group.tokenizer == str(tmp_path)  # the model's own tokenizer
     dests = set(vars(scale.build_parser().parse_args(["--model", "m"])))
     # no option the benchmark does not take, no field the command line cannot set
-    assert dests == leaf_names(ScaleOptions)
+    assert dests == field_names(ScaleOptions)
 
 
 def test_a_list_of_counts_is_checked_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from benchmarks import classify_job, client_libraries, compare, flags
-from benchmarks._options import leaf_names
 from benchmarks.classify_job import JobBenchOptions, JobExtras, JobLoad, JobServer
 from benchmarks.client_libraries import LibraryRow, Round
 from benchmarks.compare import LabCompareOptions, LabParts
 from benchmarks.flags import FlagsOptions
 from langchain_qwen_fast.bench.compare import CompareOptions
+from langchain_qwen_fast.cli.options import field_names
 from langchain_qwen_fast.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -52,7 +52,7 @@ def test_the_job_benchmarks_options_reach_their_parts(tmp_path: Path) -> None:
         extras=JobExtras(memory=(10, 20), canned=True),
         out=tmp_path,
     )
-    assert set(vars(classify_job.build_parser().parse_args([]))) == leaf_names(JobBenchOptions)
+    assert set(vars(classify_job.build_parser().parse_args([]))) == field_names(JobBenchOptions)
     assert classify_job.options_from(JobBenchOptions, classify_job.build_parser().parse_args([])) == JobBenchOptions()
 
 
@@ -104,7 +104,7 @@ def test_the_lab_comparison_takes_qwen_fast_benchs_options_and_its_own(tmp_path:
             offline_ceiling=True,
         ),
     )
-    assert set(vars(compare.build_parser().parse_args(["--base-url", "u"]))) == leaf_names(LabCompareOptions)
+    assert set(vars(compare.build_parser().parse_args(["--base-url", "u"]))) == field_names(LabCompareOptions)
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_the_flag_comparisons_options(tmp_path: Path) -> None:
         start_server=str(tmp_path), flags=Path("f.json"), mode="head", gpu_sample=True, items=9, tokenizer=str(tmp_path)
     )
     assert options.server().start_server == str(tmp_path) and options.server().items == 9
-    assert set(vars(flags.build_parser().parse_args(given))) == leaf_names(FlagsOptions)
+    assert set(vars(flags.build_parser().parse_args(given))) == field_names(FlagsOptions)
 
 
 def test_a_client_librarys_row_gives_each_round_and_the_medians() -> None:
