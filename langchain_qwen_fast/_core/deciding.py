@@ -169,7 +169,7 @@ class Decider:
         """A question set's plan: every answer's tokens, the head's and the tails' lengths
         (one round of ``/tokenize`` calls, or none with a local tokenizer)."""
         head = questions.render_head()
-        tails = [QuestionSet.tail(k) for k in range(1, len(questions.questions) + 1)]
+        tails = list(questions.tails())
         asked = [q for q in questions.questions if len(q.labels) > 1]
         words = list(dict.fromkeys(label for q in asked for label in q.labels))
         ids = yield from self._procedure.tokenize_steps([*words, "<|im_end|>", head, *tails])

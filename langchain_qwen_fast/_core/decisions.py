@@ -65,6 +65,8 @@ DECISION_INSTRUCTIONS = (
     "Answer questions about the input in the next user turn. Each question is asked on its own: "
     "answer it with one of its answers only."
 )
+#: The instructions of a set of one question, whose prompt asks it right after the input.
+ONE_QUESTION_INSTRUCTIONS = "Answer the question about the input in the next user turn with one of its answers only."
 
 
 @dataclass(frozen=True)
@@ -158,14 +160,19 @@ class QuestionSet:
 
     def render_head(self) -> str:
         """The fixed start of every prompt of this set: a system turn with every question."""
-        parts = [DECISION_INSTRUCTIONS, *(q.render(k) for k, q in enumerate(self.questions, 1))]
+        instructions = ONE_QUESTION_INSTRUCTIONS if len(self.questions) == 1 else DECISION_INSTRUCTIONS
+        parts = [instructions, *(q.render(k) for k, q in enumerate(self.questions, 1))]
         return SYSTEM_OPEN + "\n\n".join(parts) + TURN_END
 
-    @staticmethod
-    def tail(number: int) -> str:
-        """What follows the state to ask question ``number``: short, as it is computed once
-        per question and state."""
-        return f"{TURN_END}{USER_OPEN}Answer question {number}.{PROMPT_SUFFIX}"
+    def tails(self) -> tuple[str, ...]:
+        """What follows the state to ask each question, in order: a short turn naming the
+        question, computed once per question and state; a set of one question is answered
+        right after the state, as a classifier's prompt is (nothing to tell apart)."""
+        if len(self.questions) == 1:
+            return (PROMPT_SUFFIX,)
+        return tuple(
+            f"{TURN_END}{USER_OPEN}Answer question {k}.{PROMPT_SUFFIX}" for k in range(1, len(self.questions) + 1)
+        )
 
     def label_set(self, index: int) -> LabelSet:
         """Question ``index``'s answers as a label set (only a one-label choice has fewer
@@ -377,6 +384,7 @@ __all__ = [
     "DECISION_INSTRUCTIONS",
     "MEDIA_TYPES",
     "NOUL_LABELS",
+    "ONE_QUESTION_INSTRUCTIONS",
     "Answered",
     "DecisionOutcome",
     "DecisionPlan",

@@ -38,9 +38,15 @@ def test_the_head_holds_every_question_numbered_with_its_answers_and_description
 
 
 def test_a_tail_is_a_short_turn_naming_its_question_then_the_answer_turn_with_thinking_off() -> None:
-    assert QuestionSet.tail(3) == (
+    assert QuestionSet((TEAM, URGENT, ANGER)).tails()[2] == (
         "<|im_end|>\n<|im_start|>user\nAnswer question 3.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
+
+
+def test_one_question_is_answered_right_after_the_state() -> None:
+    (tail,) = QuestionSet((TEAM,)).tails()
+    assert tail == "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert "Answer the question about the input" in QuestionSet((TEAM,)).render_head()
 
 
 def test_question_text_cannot_spell_a_control_token() -> None:
