@@ -14,8 +14,9 @@ Rows:
 * ``nouls``: eight ``Noul`` questions about each of many long (~900-token) states, requests/s,
   and the prompt tokens vLLM computes per state (its prefix-cache counters on ``/metrics``)
   beside those of one ``Noul`` about other states of that length.
-* ``service``: ``qwen-fast api``'s ``POST /v1/decisions`` through the openai SDK
-  (``AsyncOpenAI().decisions.create``) with many callers, one state and one ``Choice`` each.
+* ``service``: ``qwen-fast api``'s ``POST /v1/decisions`` (in processes of its own, a worker per
+  four cores) through the openai SDK (``AsyncOpenAI().decisions.create``) with many callers
+  spread over client processes, one state and one ``Choice`` each.
 
 The servers start once (the GPU profile without ``--disable-log-stats``, which would leave the
 prefix-cache counters at zero); after they stop, one engine a server answers each row's prompts
@@ -245,39 +246,92 @@ def measure(options: argparse.Namespace) -> DecisionsReport:
     return report
 
 
-def _service_row(options: argparse.Namespace, urls: list[str], texts: list[str]) -> Row:
-    """``POST /v1/decisions`` through the openai SDK, :data:`CALLERS` callers at once."""
+#: The service row's question: one ``Choice`` of the news labels, as the wire asks it.
+SERVICE_QUESTION = {
+    "type": "choice",
+    "name": "topic",
+    "instructions": "Which section is this news item for?",
+    "choices": [{"value": label} for label in LABELS],
+}
+_SERVICE_KEY = "bench-key"
+
+
+def _sdk_callers(url: str, texts: list[str], callers: int, start_at: float) -> tuple[float, float, int]:
+    """One client process: ``callers`` openai SDK callers (``AsyncOpenAI().decisions.create``),
+    each asking about one text at a time from ``texts`` from ``start_at`` (wall clock) on. The
+    first send's and last answer's wall-clock times, and the answers that failed."""
     import openai
 
+    async def main() -> int:
+        client = openai.AsyncOpenAI(base_url=url, api_key=_SERVICE_KEY, max_retries=0, timeout=120)
+        queue, failed = list(reversed(texts)), 0
+
+        async def caller() -> None:
+            nonlocal failed
+            while queue:
+                text = queue.pop()
+                try:
+                    await client.decisions.create(model="qwen3", input=text, questions=[SERVICE_QUESTION])  # type: ignore[list-item]
+                except openai.OpenAIError:
+                    failed += 1
+
+        await asyncio.gather(*(caller() for _ in range(callers)))
+        await client.close()
+        return failed
+
+    time.sleep(max(0.0, start_at - time.time()))
+    began = time.time()
+    failed = asyncio.run(main())
+    return began, time.time(), failed
+
+
+def _service_row(options: argparse.Namespace, urls: list[str], texts: list[str]) -> Row:
+    """``POST /v1/decisions`` of ``qwen-fast api`` (in processes of its own, a worker per four
+    cores, over the servers) through the openai SDK: :data:`CALLERS` callers spread over client
+    processes that start together (one process is the limit at these rates, as for the
+    service's other benchmark), one state and one ``Choice`` each, every state new."""
+    import multiprocessing
+    import os
+    import subprocess
+    import tempfile
+    from concurrent.futures import ProcessPoolExecutor
+
+    from benchmarks.service import load_processes, wait_healthy
     from langchain_qwen_fast import QwenClassifier
-    from langchain_qwen_fast.serving.service import ServiceOptions, create_app
-    from langchain_qwen_fast.testing.service import BackgroundService
+    from langchain_qwen_fast.serving import free_port
 
     row = Row("service", len(texts))
-    question = {
-        "type": "choice",
-        "name": "topic",
-        "instructions": "Which section is this news item for?",
-        "choices": [{"value": label} for label in LABELS],
-    }
-    classifier = QwenClassifier(labels=LABELS, base_url=urls, model="qwen3")
-    with BackgroundService(create_app(classifier, ServiceOptions(api_key="bench-key"))) as service:
-        client = openai.AsyncOpenAI(base_url=f"{service.url}/v1", api_key="bench-key", max_retries=0)
-
-        async def run() -> None:
-            gate = asyncio.Semaphore(CALLERS)
-
-            async def one(text: str) -> None:
-                async with gate:
-                    await client.decisions.create(model="qwen3", input=text, questions=[question])  # type: ignore[list-item]
-
-            await asyncio.gather(*(one(t) for t in texts[:CALLERS]))
-            start = time.perf_counter()
-            await asyncio.gather(*(one(t) for t in texts))
-            row.per_s = round(len(texts) / (time.perf_counter() - start), 1)
-
-        asyncio.run(run())
-    print(f"service: {row.per_s} requests/s through the openai SDK", flush=True)
+    classifier = QwenClassifier(labels=LABELS, base_url=urls, model="qwen3", tokenizer_path=options.tokenizer)
+    processes = load_processes()
+    with tempfile.TemporaryDirectory() as saved:
+        classifier.save(saved)
+        port = free_port()
+        command = [sys.executable, "-m", "langchain_qwen_fast.cli", "api", saved, "--port", str(port),
+                   "--workers", str(processes)]  # fmt: skip
+        service = subprocess.Popen(command, env={**os.environ, "QWEN_FAST_API_KEY": _SERVICE_KEY})
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}/health", service)
+            url = f"http://127.0.0.1:{port}/v1"
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(processes, mp_context=context) as pool:
+                list(pool.map(time.sleep, [0.0] * processes))  # every process started and importing done
+                callers = max(1, CALLERS // processes)
+                warm = [f"Warm-up {i}: {text}" for i, text in enumerate(texts[:CALLERS])]
+                list(pool.map(_sdk_callers, [url] * processes, [warm[k::processes] for k in range(processes)],
+                              [callers] * processes, [0.0] * processes))  # fmt: skip
+                start_at = time.time() + 1.0
+                shares = [texts[k::processes] for k in range(processes)]
+                done = list(pool.map(_sdk_callers, [url] * processes, shares, [callers] * processes,
+                                     [start_at] * processes))  # fmt: skip
+        finally:
+            service.terminate()
+            service.wait(30)
+    failed = sum(part[2] for part in done)
+    if failed:
+        row.error = f"{failed} of {len(texts)} requests failed"
+    row.per_s = round(len(texts) / (max(p[1] for p in done) - min(p[0] for p in done)), 1)
+    print(f"service: {row.per_s} requests/s through the openai SDK ({processes} client processes, "
+          f"{processes} service workers)", flush=True)  # fmt: skip
     return row
 
 

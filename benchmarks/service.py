@@ -126,7 +126,7 @@ def load_test(
     )
 
 
-def _wait_healthy(url: str, service: Any, timeout: float = 60.0) -> None:
+def wait_healthy(url: str, service: Any, timeout: float = 60.0) -> None:
     """Wait for ``url`` to answer 200 while the process ``service`` runs."""
     import httpx
 
@@ -193,7 +193,7 @@ def run_service(
                 service = subprocess.Popen(command)
                 shown = f"{count} worker{'s' if count > 1 else ''}" + (f", {groups} groups in flight" if groups else "")
                 try:
-                    _wait_healthy(f"http://127.0.0.1:{port}/health", service)
+                    wait_healthy(f"http://127.0.0.1:{port}/health", service)
                     fresh = run.fresh_texts(len(texts))  # none in the servers' prefix caches yet
                     requests = [(f"http://127.0.0.1:{port}/v1/classify", {"input": t}) for t in fresh]
                     name = f"{clients} clients -> qwen-fast api, {shown} ({servers})"
