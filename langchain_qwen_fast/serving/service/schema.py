@@ -267,45 +267,42 @@ def decisions_request_model(options: ServiceOptions) -> type[BaseModel]:
         phase: Literal["commentary", "final_answer"] | None = None
         type: Message = None
 
-    class FunctionCall(BaseModel):
+    class ToolOutput(BaseModel):
+        """What a tool call's item and its answer's share: the call id, the item's id and status."""
+
+        call_id: Text
+        id: Text | None = None
+        status: Status = None
+
+    class ToolCall(ToolOutput):
+        """What a function call and a custom tool call share: the tool's name and namespace."""
+
+        name: Text
+        namespace: Text | None = None
+
+    class FunctionCall(ToolCall):
         """An assistant's tool call: its turn is ``tool call {"args": ..., "name": ...}``."""
 
         type: Literal["function_call"]
-        call_id: Text
-        name: Text
         arguments: Text
-        id: Text | None = None
-        namespace: Text | None = None
-        status: Status = None
 
-    class FunctionCallOutput(BaseModel):
+    class FunctionCallOutput(ToolOutput):
         """A tool's answer: a ``tool`` turn."""
 
         type: Literal["function_call_output"]
-        call_id: Text
         output: TextContent
-        id: Text | None = None
-        status: Status = None
 
-    class CustomToolCall(BaseModel):
+    class CustomToolCall(ToolCall):
         """An assistant's custom tool call: its turn is ``tool call {"input": ..., "name": ...}``."""
 
         type: Literal["custom_tool_call"]
-        call_id: Text
-        name: Text
         input: Text
-        id: Text | None = None
-        namespace: Text | None = None
-        status: Status = None
 
-    class CustomToolCallOutput(BaseModel):
+    class CustomToolCallOutput(ToolOutput):
         """A custom tool's answer: a ``tool`` turn."""
 
         type: Literal["custom_tool_call_output"]
-        call_id: Text
         output: TextContent
-        id: Text | None = None
-        status: Status = None
 
     Item = Annotated[
         Annotated[UserMessage, Tag("user")]
@@ -338,12 +335,16 @@ def decisions_request_model(options: ServiceOptions) -> type[BaseModel]:
         Field(default=None, description="The answer's name; names must be distinct (stated in words: 422)"),
     ]
 
-    class PredicateQuestion(BaseModel):
+    class Asked(BaseModel):
+        """What every question has: what to answer and the answer's name."""
+
+        instructions: Instructions
+        name: Name
+
+    class PredicateQuestion(Asked):
         """How likely a statement about the input is true: answered with its probability."""
 
         type: Literal["predicate"]
-        instructions: Instructions
-        name: Name
 
     class Choice(BaseModel):
         value: ChoiceValue = Field(
@@ -351,25 +352,21 @@ def decisions_request_model(options: ServiceOptions) -> type[BaseModel]:
         )
         description: Text | None = None
 
-    class ChoiceQuestion(BaseModel):
+    class ChoiceQuestion(Asked):
         """One of the choices: answered with each one's probability."""
 
         type: Literal["choice"]
-        instructions: Instructions
         choices: list[Choice] = Field(min_length=2, max_length=options.max_choices)
-        name: Name
 
     class Level(BaseModel):
         label: Text
         description: Text | None = None
 
-    class ScoreQuestion(BaseModel):
+    class ScoreQuestion(Asked):
         """A level of the ordered levels (0 first): answered with each one's probability."""
 
         type: Literal["score"]
-        instructions: Instructions
         levels: list[Level] = Field(min_length=2, max_length=options.max_choices)
-        name: Name
 
     Question = Annotated[PredicateQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
 
