@@ -132,10 +132,15 @@ class HostCpuSampler:
     def _run(self) -> None:
         before = self._psutil.cpu_times(percpu=True)
         while not self._done.wait(self._interval):
-            after = self._psutil.cpu_times(percpu=True)
-            clocks = [f.current for f in self._psutil.cpu_freq(percpu=True) or []]
-            self.samples.append(busy_and_clock(before, after, clocks))
-            before = after
+            before = self._sample(before)
+        if not self.samples:  # a run shorter than the interval: its whole stretch is the one sample
+            self._sample(before)
+
+    def _sample(self, before: Any) -> Any:
+        after = self._psutil.cpu_times(percpu=True)
+        clocks = [f.current for f in self._psutil.cpu_freq(percpu=True) or []]
+        self.samples.append(busy_and_clock(before, after, clocks))
+        return after
 
     def stop(self) -> HostLoad:
         """Stop sampling; the mean busy cores and busy-weighted MHz over the samples."""
