@@ -25,7 +25,7 @@ RESULTS_INDEX = RESULTS / "README.md"
 DOC_GLOBS = ("README.md", "docs/**/*.md", "server/README.md", "benchmarks/README.md", "examples/**/*.md")
 
 #: a raw result file's name: host, date, what it measured
-RESULT_NAME = re.compile(r"(?<![\w.-])((?:cpu|h200x2|h200)-\d{4}-\d\d-\d\d-[\w.-]*?\.(?:json|png))(?![\w-])")
+RESULT_NAME = re.compile(r"(?<![\w.-])((?:cpu|h100|h200x2|h200)-\d{4}-\d\d-\d\d-[\w.-]*?\.(?:json|png))(?![\w-])")
 
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
