@@ -8,7 +8,8 @@ with every input column kept and the classification's columns added (:mod:`.colu
 Modules: ``tables`` (the formats, CSV, JSONL, Parquet and stdin, and a row's text),
 ``readers`` (a reader per format) and ``writers`` (the output's part files and their join),
 ``questions`` (a question set answered about every row instead: the questions file and the
-answers' columns), ``parts`` (the work folder: the committed chunks a resumed job carries on from, and the lock
+answers' columns), ``answerers`` (what answers a chunk's rows: a classifier's labels or the
+questions), ``parts`` (the work folder: the committed chunks a resumed job carries on from, and the lock
 that lets one run at a time work on them), ``job`` (:class:`ClassifyOptions`,
 :func:`classify_table`; it stops with :class:`~langchain_qwen_fast.errors.JobStopped` when the
 servers fail or too many rows have input errors), ``review`` (the review queue in ``qwen-fast
