@@ -124,6 +124,12 @@ class QwenDecisionModel(EngineFields, BaseDecisionModel):
         """The engine that does the work (no LangChain), shared with the decision service."""
         return self._decider.engine
 
+    @property
+    def decider(self) -> Decider:
+        """The decision engine this model answers with (its temperature and abstention, its
+        question sets' plans), for callers that ask in the engine's forms, such as the jobs."""
+        return self._decider
+
     @classmethod
     def is_lc_serializable(cls) -> bool:
         """Not serialisable through LangChain's ``dumpd``."""

@@ -42,9 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from langchain_qwen_fast._core.deciding import Decider, DecisionRequest
+from langchain_qwen_fast._core.deciding import DecisionRequest
 from langchain_qwen_fast._core.decisions import Answered, DecisionOutcome, QuestionSet, TokenUsage, render_state
-from langchain_qwen_fast._core.settings import Rules
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, RecordedError
 from langchain_qwen_fast.jobs.columns import error_text, probability_column
 
@@ -199,7 +198,7 @@ class QuestionAsker:
     def __init__(self, model: QwenDecisionModel, questions: QuestionSet) -> None:
         self.model = model
         self.questions = questions
-        self.decider = Decider(model.engine, Rules(model.abstain_below, model.temperature))
+        self.decider = model.decider
         self.added = question_columns(questions)
         self.text_columns: frozenset[str] | None = text_columns(questions)
         self.multi_label = False
