@@ -84,6 +84,7 @@ class ClassifyService:
         """The app's lifespan: the line closes with it."""
         yield
         self.batcher.close()
+        self.decisions.close()
 
     async def respond(self, body: Any, deadline: float) -> HTTPAnswer:
         """The answer to a valid ``POST /v1/classify``, by ``deadline`` (the event loop's

@@ -36,7 +36,6 @@ answer. :class:`DecisionsFastPath` puts the fast path's checks in front of the r
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -63,6 +62,7 @@ from langchain_qwen_fast.serving.service.answers import (
     service_error_answer,
 )
 from langchain_qwen_fast.serving.service.fast_path import ClassifyFastPath
+from langchain_qwen_fast.serving.service.micro_batcher import MicroBatcher
 from langchain_qwen_fast.serving.service.options import ServiceOptions
 from langchain_qwen_fast.serving.service.schema import decisions_request_model
 
@@ -70,7 +70,6 @@ if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
     from langchain_qwen_fast.serving.service.auth import APIKey
     from langchain_qwen_fast.serving.service.metrics import ServiceMetrics
-    from langchain_qwen_fast.serving.service.micro_batcher import MicroBatcher
 
 #: The route's path.
 DECISIONS_PATH = "/v1/decisions"
@@ -365,10 +364,43 @@ def request_error(exc: Exception, call: DecisionCall) -> Exception:
 
 
 # -- the route's work ---------------------------------------------------------------------------
+class DecisionGroups:
+    """The decision engine as the grouping line's engine (:class:`MicroBatcher` takes any
+    object with ``replica_count``, ``aprepare`` and ``aclassify``): a group of decisions
+    requests is one :meth:`Decider.adecide` call, so requests with the same question set that
+    arrive together share vLLM requests, as single texts do on ``/v1/classify``, and the
+    requests in flight to vLLM stay few however many callers wait."""
+
+    def __init__(self, decider: Decider) -> None:
+        self.decider = decider
+
+    @property
+    def replica_count(self) -> int:
+        """The vLLM servers the engine spreads over."""
+        return self.decider.engine.replica_count
+
+    async def aprepare(self) -> Any:
+        """Nothing to learn ahead: the decider learns the server on its first call and sizes
+        its own requests."""
+        return _TakesPromptLists()
+
+    async def aclassify(self, values: Sequence[Any], *, max_concurrency: int) -> list[Any]:
+        """Each request's outcome or error, in order (the decider sets its own concurrency)."""
+        return list(await self.decider.adecide(list(values)))
+
+
+@dataclass(frozen=True)
+class _TakesPromptLists:
+    """What the grouping line asks of a set-up: a group goes as few requests as it can."""
+
+    takes_prompt_lists: bool = True
+
+
 class DecisionService:
     """``POST /v1/decisions`` over one classifier's engine: one :class:`Decider` (no rules:
-    the classifier's calibration belongs to its labels), the prompts held now counted with the
-    classify line's texts against ``max_queued_texts``, metrics under kind ``decisions``."""
+    the classifier's calibration belongs to its labels) behind a grouping line of its own
+    (:class:`DecisionGroups`, the classify line's options), the prompts held now counted with
+    the classify line's texts against ``max_queued_texts``, metrics under kind ``decisions``."""
 
     def __init__(
         self, classifier: QwenClassifier, options: ServiceOptions, batcher: MicroBatcher, metrics: ServiceMetrics
@@ -377,11 +409,23 @@ class DecisionService:
         self.decider = Decider(classifier.engine)
         self.model = classifier.model
         self.batcher = batcher
+        #: the decisions requests' own grouping line
+        self.line = MicroBatcher(
+            DecisionGroups(self.decider),  # type: ignore[arg-type]
+            max_wait=options.max_wait_ms / 1000,
+            max_group=options.max_group,
+            groups_in_flight=options.groups_in_flight,
+            max_queued=options.max_queued_texts,
+        )
         self.metrics = metrics
         #: the prompts of the decisions requests in flight
         self.held = 0
         #: the body of ``POST /v1/decisions`` under the options' limits
         self.request_type = decisions_request_model(options)
+
+    def close(self) -> None:
+        """Stop the decisions line (the app's lifespan ends)."""
+        self.line.close()
 
     async def respond(self, body: Any, deadline: float) -> HTTPAnswer:
         """The answer to a valid ``POST /v1/decisions`` by ``deadline`` (the event loop's clock),
@@ -404,11 +448,10 @@ class DecisionService:
             return error_answer(exc, request_id)
         self.held += call.prompts
         try:
-            async with asyncio.timeout_at(deadline) as scope:
-                (outcome,) = await self.decider.adecide([(call.state, call.questions)])
-        except TimeoutError:
-            if not scope.expired():
-                raise
+            (outcome,) = await self.line.classify_many([(call.state, call.questions)], deadline)
+        except Overloaded as exc:
+            return error_answer(exc, request_id)
+        except DeadlineExceeded:
             message = f"no answer within the request's deadline ({self.options.request_timeout:g} s)"
             return error_answer(DeadlineExceeded(message), request_id)
         finally:

@@ -444,6 +444,30 @@ async def test_a_request_s_questions_count_against_the_line_answered_429_with_re
     assert (await client.post("/v1/decisions", json=wire_body(URGENT, TEAM))).status_code == 200
 
 
+async def test_requests_arriving_together_share_vllm_requests_and_each_gets_its_own_answer() -> None:
+    upstream = HeldVLLM(FakeVLLM())
+    classifier, _, client = service(upstream, groups_in_flight=1)
+    assert (await client.post("/v1/decisions", json=wire_body(TEAM))).status_code == 200  # the set-up
+    upstream.held = True
+    first = asyncio.ensure_future(client.post("/v1/decisions", json=wire_body(TEAM, input="first state")))
+    await until(lambda: upstream.waiting == 1)  # the one group slot is busy
+    states = [f"ticket {i}: the app is down" for i in range(20)]
+    rest = [asyncio.ensure_future(client.post("/v1/decisions", json=wire_body(TEAM, input=s))) for s in states]
+    await asyncio.sleep(0.05)
+    before = len(upstream.fake.calls("/v1/completions"))
+    upstream.release.set()
+    answers = [await first, *[await r for r in rest]]
+    assert all(a.status_code == 200 for a in answers)
+    # the first's request, then the twenty that waited as one group (in requests of 16 prompts
+    # or more): a request to vLLM a caller would be 21
+    assert len(upstream.fake.calls("/v1/completions")) - before <= 3
+    for state, answer in zip(["first state", *states], answers, strict=True):
+        call = decision_call(parse(wire_body(TEAM, input=state)), OPTIONS)
+        (outcome,) = await Decider(classifier.engine).adecide([(call.state, call.questions)])
+        assert not isinstance(outcome, Exception), outcome
+        assert answer.json()["answers"] == answer_body(call, outcome, "qwen3")["answers"]
+
+
 async def test_a_request_past_its_deadline_is_answered_504_and_lets_its_prompts_go() -> None:
     upstream = HeldVLLM(FakeVLLM())
     _, app, client = service(upstream, request_timeout=0.2)
