@@ -44,7 +44,8 @@ COMMANDS: dict[str, Command] = {
     "bench": Command("langchain_qwen_fast.cli.bench", "side-by-side latency and throughput against LangChain paths"),
     "api": Command("langchain_qwen_fast.cli.api", "an HTTP classification service in front of vLLM"),
     "build-test-model": Command(
-        "langchain_qwen_fast.cli.build_test_model", "write a test model: a random-weight Qwen3, or the pretrained SmolLM2-135M"
+        "langchain_qwen_fast.cli.build_test_model",
+        "write a test model: a random-weight Qwen3, or the pretrained SmolLM2-135M",
     ),
 }
 
