@@ -32,9 +32,11 @@ def smollm2_model() -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def smollm2_url(smollm2_model: Path) -> Iterator[str]:
-    """Base URL (``.../v1``) of a real vLLM server of SmolLM2-135M-Instruct, served as ``smollm2``."""
+    """Base URL (``.../v1``) of a real vLLM server of SmolLM2-135M-Instruct, served as ``smollm2``:
+    stopped after the module that asked for it, so that its memory and cores go back to the
+    servers the rest of the run starts."""
     planned = PlannedServer(
         "QWEN_FAST_TEST_SMOLLM2_URL",
         ROOT / "out" / "test-smollm2-server.log",
