@@ -411,7 +411,7 @@ class DecisionService:
         self.batcher = batcher
         #: the decisions requests' own grouping line
         self.line = MicroBatcher(
-            DecisionGroups(self.decider),  # type: ignore[arg-type]
+            DecisionGroups(self.decider),
             max_wait=options.max_wait_ms / 1000,
             max_group=options.max_group,
             groups_in_flight=options.groups_in_flight,

@@ -9,7 +9,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
 from langchain_qwen_fast.errors import ConfigurationError, DeadlineExceeded, Overloaded
@@ -17,7 +17,6 @@ from langchain_qwen_fast.serving.service.options import DEFAULT_MAX_QUEUED_TEXTS
 
 if TYPE_CHECKING:
     from langchain_qwen_fast._core.classification import Classification
-    from langchain_qwen_fast._core.engine import Engine
 
 #: Groups in flight a vLLM server by default: one in the server while the next is sent or
 #: answered; fewer groups in flight make each group larger, and a larger group costs the
@@ -29,6 +28,19 @@ MAX_RETRY_AFTER = 30
 _RATE_WINDOW = 10.0
 #: Seconds asked when nothing finished within the window, so no rate is known.
 _UNKNOWN_RATE_RETRY_AFTER = 5
+
+
+class GroupEngine(Protocol):
+    """What the line needs of what answers its groups: the classifier's
+    :class:`~langchain_qwen_fast._core.engine.Engine`, or the decisions route's
+    :class:`~langchain_qwen_fast.serving.service.decisions.DecisionGroups`."""
+
+    @property
+    def replica_count(self) -> int: ...
+
+    async def aprepare(self) -> Any: ...
+
+    async def aclassify(self, values: Sequence[Any], *, max_concurrency: int) -> list[Any]: ...
 
 
 def default_groups_in_flight(replicas: int, processes: int = 1) -> int:
@@ -79,7 +91,7 @@ class MicroBatcher:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: GroupEngine,
         *,
         max_wait: float = 0.0,
         max_group: int = 256,
@@ -300,6 +312,7 @@ class MicroBatcher:
 __all__ = [
     "GROUPS_IN_FLIGHT_PER_REPLICA",
     "MAX_RETRY_AFTER",
+    "GroupEngine",
     "MicroBatcher",
     "default_groups_in_flight",
 ]
