@@ -1,8 +1,15 @@
-"""``ChatQwenFast``: a LangChain chat model for Qwen3 on a vLLM OpenAI-compatible server."""
+"""``ChatQwenFast``: a LangChain chat model for Qwen3 on a vLLM OpenAI-compatible server.
+
+The server renders the messages through the served model's own chat template, so any chat
+model works; what is Qwen3's is the thinking switch. ``enable_thinking=False`` is a template
+argument that other templates ignore; ``enable_thinking=True`` is refused, on the first call,
+for a model whose vocabulary has no ``</think>`` token (it has no thinking mode to turn on).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -16,8 +23,9 @@ from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, model_validator
 from typing_extensions import Self
 
+from langchain_qwen_fast._core import vllm_api
 from langchain_qwen_fast._core.base_urls import DEFAULT_BASE_URL
-from langchain_qwen_fast._core.prompting import strip_think
+from langchain_qwen_fast._core.prompting import THINK_TOKENS, strip_think
 from langchain_qwen_fast._core.transport import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_RETRY_DEADLINE,
@@ -35,7 +43,8 @@ from langchain_qwen_fast.errors import (
     is_retryable,
 )
 
-_THINK_TAGS = ("<think>", "</think>")
+_THINK_TAGS = THINK_TOKENS
+_log = logging.getLogger("langchain_qwen_fast")
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -97,7 +106,12 @@ class ChatQwenFast(ChatOpenAI):
     policy (connection errors, timeouts, 429 honouring ``Retry-After``, 5xx; exponential
     backoff with jitter, bounded by ``max_retries`` and ``retry_deadline``) and timeouts.
 
-    * ``enable_thinking`` (default False) is sent as ``chat_template_kwargs``.
+    * ``enable_thinking`` (default False) is sent as ``chat_template_kwargs``. Thinking is
+      Qwen3's: with it on, the first call asks the server's ``/tokenize`` whether ``</think>``
+      is a token of the served vocabulary, and raises
+      :class:`~langchain_qwen_fast.errors.ConfigurationError` where it is not (a model with no
+      thinking mode, such as SmolLM2). With it off, any chat model works: other templates
+      ignore the argument.
     * With thinking on, the server's reasoning text (its Qwen3 reasoning parser) lands in
       ``message.additional_kwargs["reasoning_content"]``, not in ``content``. With thinking
       off, any ``<think>…</think>`` that still leaks is removed from ``content``.
@@ -141,6 +155,8 @@ class ChatQwenFast(ChatOpenAI):
     the machine's socket options is skipped)."""
 
     _transport: Transport = PrivateAttr()
+    #: whether the served model was found to have a thinking mode (checked once, when asked for)
+    _thinking_checked: bool = PrivateAttr(default=False)
 
     def __init__(self, **kwargs: Any) -> None:
         try:
@@ -212,6 +228,52 @@ class ChatQwenFast(ChatOpenAI):
             **kwargs,
         )
 
+    # -- thinking: Qwen3's, refused on a model without it --------------------------------------
+    # The check goes through the chat's own HTTP clients (a caller's, where given), once: a
+    # server that cannot tell (no /tokenize, unreachable, another API) is let through, and the
+    # chat request that follows says what is wrong, if anything.
+    def _thinking_request(self) -> dict[str, Any]:
+        base = (self.openai_api_base or DEFAULT_BASE_URL).rstrip("/").removesuffix("/v1")
+        key = self.openai_api_key.get_secret_value() if self.openai_api_key else ""
+        body = {"model": self.model_name, "prompt": THINK_TOKENS[1], "add_special_tokens": False}
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        return {"url": base + "/tokenize", "json": body, "headers": headers}
+
+    def _check_thinking(self) -> None:
+        if self.enable_thinking and not self._thinking_checked:
+            try:
+                response = (self.http_client or self._transport.client).post(**self._thinking_request())
+            except Exception as exc:
+                response = exc
+            self._thinking_checked = self._thinking_verdict(response)
+
+    async def _acheck_thinking(self) -> None:
+        if self.enable_thinking and not self._thinking_checked:
+            try:
+                client = self.http_async_client or self._transport.new_async_client()
+                response = await client.post(**self._thinking_request())
+            except Exception as exc:
+                response = exc
+            self._thinking_checked = self._thinking_verdict(response)
+
+    def _thinking_verdict(self, response: Any) -> bool:
+        """Whether the served vocabulary was found to have ``</think>`` as a token; raises
+        :class:`ConfigurationError` where it was found not to."""
+        try:
+            tokens = vllm_api.parse_tokenize(response.json()) if response.status_code == 200 else None
+        except Exception:
+            tokens = None
+        if tokens is None:
+            _log.debug("thinking mode of model %r unchecked: %s", self.model_name, response)
+            return False
+        if len(tokens) != 1:
+            raise ConfigurationError(
+                f"model {self.model_name!r} has no thinking mode: {THINK_TOKENS[1]!r} is not a token of its "
+                "vocabulary, so its chat template has nothing to turn on; enable_thinking=True needs a thinking "
+                "model such as Qwen3 (leave it False for this one)"
+            )
+        return True
+
     # -- errors: the package's, retried by the transport's policy around the SDK's calls -----
     # run_manager is named because LangChain hands a generation its callbacks only when the
     # method has a parameter of that name.
@@ -230,6 +292,7 @@ class ChatQwenFast(ChatOpenAI):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        self._check_thinking()
         generate = super()._generate
 
         def attempt() -> ChatResult:
@@ -246,6 +309,7 @@ class ChatQwenFast(ChatOpenAI):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        await self._acheck_thinking()
         agenerate = super()._agenerate
 
         async def attempt() -> ChatResult:
@@ -257,10 +321,12 @@ class ChatQwenFast(ChatOpenAI):
 
     # A stream is not retried: its chunks may already have reached the caller.
     def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        self._check_thinking()
         with self._package_errors():
             yield from super()._stream(*args, **kwargs)
 
     async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        await self._acheck_thinking()
         with self._package_errors():
             async for chunk in super()._astream(*args, **kwargs):
                 yield chunk

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
+from langchain_qwen_fast._core.chat_formats import fitted_settings_steps
 from langchain_qwen_fast._core.classification import text_of
 from langchain_qwen_fast._core.procedure import Procedure, batch_size_for
 from langchain_qwen_fast._core.processes import ClientProcesses, merge, processes_for
 from langchain_qwen_fast._core.prompting import ClassifierPlan
 from langchain_qwen_fast._core.settings import EngineSettings, Node
-from langchain_qwen_fast._core.transport import Steps, Transport, adrive, drive
+from langchain_qwen_fast._core.transport import Steps, Transport, adrive, drive, gather
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, MissingDependencyError
 
 #: Requests in flight per replica by default: enough that a server always has the next
@@ -151,15 +152,24 @@ class Engine:
             )
 
     def _setup_steps(self) -> Steps[dict[Node, ClassifierPlan]]:
-        """The set-up, kept: its plans, with the transport's HTTP stack fitted to the server
-        they were learnt from; or its failure, given to every caller for
+        """The set-up, kept: its plans, in the served model's chat format
+        (:mod:`~langchain_qwen_fast._core.chat_formats`), with the transport's HTTP stack fitted
+        to the server they were learnt from; or its failure, given to every caller for
         ``SETUP_RETRY_COOLDOWN`` seconds (with the server unreachable, the callers waiting on
         one set-up all hear its failure, rather than each trying in turn behind the one before)."""
         until, error = self._setup_failure or (0.0, None)
         if error is not None and time.monotonic() < until:
             raise error
         try:
-            plans = yield from self._procedure.setup_steps()
+            # The chat format is probed beside the set-up's first round, at no cost in round
+            # trips; only a model that is not Qwen3 has its plans learnt again in its format.
+            runs: list[Steps[Any]] = [fitted_settings_steps(self._procedure), self._procedure.setup_steps()]
+            fitted, plans = yield from gather(runs)
+            if isinstance(fitted, Exception):
+                raise fitted
+            if fitted is not self._procedure.settings:
+                self._procedure = Procedure(fitted, self._procedure.tokenizer)
+                plans = yield from self._procedure.setup_steps()
         except Exception as exc:
             self._setup_failure = (time.monotonic() + SETUP_RETRY_COOLDOWN, exc)
             raise

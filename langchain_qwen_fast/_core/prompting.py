@@ -1,8 +1,12 @@
 """Labels, prompt layout and scoring plans. Pure: no I/O, no knowledge of HTTP endpoints.
 
-A prompt is pre-rendered in Qwen3's chat format with thinking off (the empty
-``<think></think>`` block the Qwen3 template adds for ``enable_thinking=False``), so the
-server only tokenises it (or, with a client-side tokenizer, receives token ids):
+A prompt is pre-rendered client-side in the served model's chat format, so the server only
+tokenises it (or, with a client-side tokenizer, receives token ids). Two formats are known
+(:class:`PromptFormat`): Qwen3's with thinking off (ChatML turns and the empty
+``<think></think>`` block the Qwen3 template adds for ``enable_thinking=False``), and plain
+ChatML, the same turns without that block, for a ChatML model with no thinking mode (Qwen2.5,
+SmolLM2, ...). :func:`fit_format` picks one from the served vocabulary; a model whose
+vocabulary lacks ChatML's turn tokens is refused. The chat layout:
 
     head                 system turn (instructions, labels[, multi-label examples]) + example turns
     [selected examples]  turns chosen per text by an example selector
@@ -22,6 +26,9 @@ fewer tokens a text, all of them after the text computed for every text:
     [selected examples]  as in the head
     body                 the text
     tail                 ``<|im_end|>`` (+ a multi-label question, or the label tokens given)
+
+It has no chat turns, so it fits any vocabulary in which ``<|im_end|>`` and ``<|endoftext|>``
+are tokens of their own (the model must be trained in it all the same).
 
 Scoring, chosen once per classifier from the labels' tokens:
 
@@ -74,8 +81,11 @@ Prompt = str | list[int]
 SYSTEM_OPEN = "<|im_start|>system\n"
 TURN_END = "<|im_end|>\n"
 USER_OPEN = "<|im_start|>user\n"
-#: Closes the user turn and opens the assistant's with an empty think block (thinking off).
-PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+ASSISTANT_OPEN = "<|im_start|>assistant\n"
+#: What Qwen3's template writes after the assistant turn's opening with thinking off.
+EMPTY_THINK = "<think>\n\n</think>\n\n"
+#: Closes the user turn and opens the assistant's with an empty think block (Qwen3, thinking off).
+PROMPT_SUFFIX = TURN_END + ASSISTANT_OPEN + EMPTY_THINK
 #: The compact layout's end of a text: one special token, which no text can spell and which
 #: splits the tokenisation on both sides.
 COMPACT_SUFFIX = "<|im_end|>"
@@ -90,6 +100,40 @@ _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 
 #: A few-shot example: (text, label), or (text, [labels]) for a multi-label classifier.
 Example = tuple[str, str | Sequence[str]]
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How a chat-layout prompt writes its turns: the served model's chat template, rendered
+    client-side. The turns are ChatML's in both known formats; they differ in what follows the
+    assistant turn's opening (Qwen3's empty think block, or nothing)."""
+
+    name: str
+    #: what the template writes after the assistant turn's opening when no thinking is wanted
+    thinking_off: str = ""
+
+    @property
+    def answer_suffix(self) -> str:
+        """Closes the user turn and opens the assistant's."""
+        return TURN_END + ASSISTANT_OPEN + self.thinking_off
+
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        """What must be a token of its own in the served vocabulary for this format to be the
+        model's own: the turn markers, and the think tags when the format writes them."""
+        return (*CHATML_TOKENS, *(THINK_TOKENS if self.thinking_off else ()))
+
+
+#: ChatML's turn markers, and Qwen3's think tags.
+CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
+THINK_TOKENS = ("<think>", "</think>")
+#: The tokens the compact layout is made of.
+COMPACT_TOKENS = (COMPACT_SUFFIX, COMPACT_PAD)
+#: Every token :func:`fit_format` asks about, each on its own.
+FORMAT_PROBE_TOKENS = tuple(dict.fromkeys((*CHATML_TOKENS, *THINK_TOKENS, *COMPACT_TOKENS)))
+#: Qwen3 with thinking off (the default), and ChatML without a thinking mode.
+QWEN3 = PromptFormat("qwen3", EMPTY_THINK)
+CHATML = PromptFormat("chatml")
 
 
 def neutralize_control_tokens(text: str) -> str:
@@ -119,6 +163,8 @@ class LabelSet:
     layout: PromptLayout = "chat"
     #: compact layout: pad tokens that end the head (at least one; see :meth:`padded`)
     head_padding: int = 0
+    #: chat layout: the served model's turn format (the set-up fits it: :func:`fit_format`)
+    prompt_format: PromptFormat = QWEN3
 
     @classmethod
     def build(
@@ -187,7 +233,7 @@ class LabelSet:
     @property
     def answer_suffix(self) -> str:
         """What follows the text and asks for its label."""
-        return COMPACT_SUFFIX if self.layout == "compact" else PROMPT_SUFFIX
+        return COMPACT_SUFFIX if self.layout == "compact" else self.prompt_format.answer_suffix
 
     @property
     def body_open(self) -> str:
@@ -227,7 +273,7 @@ class LabelSet:
                 lines += [f"Text: {neutralize_control_tokens(text)}", f"Labels: {', '.join(labels) or 'none'}"]
             return USER_OPEN + "\n".join(lines) + TURN_END
         return "".join(
-            f"{USER_OPEN}{neutralize_control_tokens(text)}{TURN_END}<|im_start|>assistant\n{labels[0]}{TURN_END}"
+            f"{USER_OPEN}{neutralize_control_tokens(text)}{TURN_END}{ASSISTANT_OPEN}{labels[0]}{TURN_END}"
             for text, labels in examples
         )
 
@@ -240,11 +286,72 @@ class LabelSet:
         longer wording)."""
         if self.layout == "compact":
             return f"{COMPACT_SUFFIX}{label}?"
-        return f"{TURN_END}{USER_OPEN}Does {label!r} apply?{PROMPT_SUFFIX}"
+        return f"{TURN_END}{USER_OPEN}Does {label!r} apply?{self.answer_suffix}"
 
     def _describe(self, label: str) -> str:
         desc = self.descriptions.get(label)
         return f"{label} ({desc})" if desc else label
+
+
+def fit_format(label_set: LabelSet, token_counts: Mapping[str, int], whose: str) -> LabelSet:
+    """``label_set`` written in the served model's format, from how many tokens each of
+    :data:`FORMAT_PROBE_TOKENS` takes in its vocabulary: Qwen3's where the think tags are
+    tokens of their own, plain ChatML where only the turn markers are.
+
+    Raises:
+        ConfigurationError: naming ``whose`` vocabulary it is ("model 'x'") and the missing
+            tokens, where the turn markers (chat layout) or the compact layout's tokens are not
+            tokens of their own: the prompt would reach the model as text it was never trained on.
+    """
+    if label_set.layout == "compact":
+        lacking = _lacking(COMPACT_TOKENS, token_counts)
+        if lacking:
+            raise ConfigurationError(
+                f"{whose} cannot take the compact prompt layout: {lacking} "
+                f"{'is' if len(lacking) == 1 else 'are'} not a single token of its vocabulary, and the "
+                "layout is made of them; use prompt_layout='chat'"
+            )
+        return label_set
+    lacking = _lacking(CHATML_TOKENS, token_counts)
+    if lacking:
+        raise ConfigurationError(
+            f"{whose} has no ChatML chat template: {lacking} {'is' if len(lacking) == 1 else 'are'} "
+            "not a single token of its vocabulary. The classifier writes its chat prompts in ChatML (Qwen3's, "
+            "or without the think block for ChatML models such as Qwen2.5 and SmolLM2); serve a ChatML chat "
+            "model, or a classification head (mode='head'), which reads the bare text"
+        )
+    fitted = QWEN3 if not _lacking(THINK_TOKENS, token_counts) else CHATML
+    return label_set if fitted == label_set.prompt_format else dataclasses.replace(label_set, prompt_format=fitted)
+
+
+def format_token_counts(encoded: Sequence[Sequence[int]]) -> dict[str, int]:
+    """How many tokens each of :data:`FORMAT_PROBE_TOKENS` takes, from their token ids (in
+    that order), as :func:`fit_format` reads them."""
+    return {token: len(ids) for token, ids in zip(FORMAT_PROBE_TOKENS, encoded, strict=True)}
+
+
+def fit_format_to_tokenizer(label_set: LabelSet, tokenizer: Any, whose: str = "this tokenizer's model") -> LabelSet:
+    """:func:`fit_format` with a local ``tokenizers.Tokenizer``: the format the classifier's
+    set-up picks on a server of that tokenizer, so that a model is trained on the prompts it
+    is served with."""
+    encoded = tokenizer.encode_batch(list(FORMAT_PROBE_TOKENS), add_special_tokens=False)
+    return fit_format(label_set, format_token_counts([e.ids for e in encoded]), whose)
+
+
+def _lacking(tokens: Sequence[str], token_counts: Mapping[str, int]) -> list[str]:
+    return [t for t in tokens if token_counts.get(t) != 1]
+
+
+#: The conversation the set-up has the server's chat template render, to check that it
+#: writes what :func:`render_template_probe` writes: a system turn and a user turn.
+TEMPLATE_PROBE = ({"role": "system", "content": "Classify the text."}, {"role": "user", "content": "probe"})
+
+
+def render_template_probe(prompt_format: PromptFormat) -> str:
+    """:data:`TEMPLATE_PROBE` as the classifier renders it in ``prompt_format``, with the
+    assistant turn opened."""
+    system, user = (m["content"] for m in TEMPLATE_PROBE)
+    return SYSTEM_OPEN + system + TURN_END + USER_OPEN + user + prompt_format.answer_suffix
 
 
 def check_example(example: Any, labels: Sequence[str], multi_label: bool) -> tuple[str, tuple[str, ...]]:
@@ -503,6 +610,7 @@ def local_plan(label_set: LabelSet, tokenizer: Any, max_model_len: int = 4096) -
     prompt, label tokens and steps the classifier learns from a server of that tokenizer."""
     if label_set.multi_label:
         raise ConfigurationError("local plans are single-label")
+    label_set = fit_format_to_tokenizer(label_set, tokenizer)
     parts = [*label_set.labels, "<|im_end|>", label_set.unpadded_head()]
     encoded = tokenizer.encode_batch(parts, add_special_tokens=False)
     *label_tokens, end, head = (e.ids for e in encoded)
