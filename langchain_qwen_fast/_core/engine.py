@@ -20,7 +20,6 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from langchain_qwen_fast._core.chat_formats import fitted_settings_steps
@@ -29,8 +28,9 @@ from langchain_qwen_fast._core.procedure import Procedure, batch_size_for
 from langchain_qwen_fast._core.processes import ClientProcesses, merge, processes_for
 from langchain_qwen_fast._core.prompting import ClassifierPlan
 from langchain_qwen_fast._core.settings import EngineSettings, Node
+from langchain_qwen_fast._core.tokenizing import load_tokenizer
 from langchain_qwen_fast._core.transport import Steps, Transport, adrive, drive, gather
-from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, MissingDependencyError
+from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
 
 #: Requests in flight per replica by default: enough that a server always has the next
 #: requests queued while the client builds and parses others; more only wait in the server's
@@ -355,24 +355,6 @@ async def arun_slices(
     finally:
         for task in tasks:
             task.cancel()
-
-
-def load_tokenizer(path: str) -> Any:
-    """The ``tokenizers`` tokenizer at ``path`` (a directory holding ``tokenizer.json``, or
-    the file), with errors that name the path."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise MissingDependencyError("tokenizer_path needs the tokenizers package: pip install tokenizers") from None
-    file = Path(path)
-    if file.is_dir():
-        file = file / "tokenizer.json"
-    if not file.is_file():
-        raise ConfigurationError(f"tokenizer_path: no tokenizer.json at {path}")
-    try:
-        return Tokenizer.from_file(str(file))
-    except Exception as exc:
-        raise ConfigurationError(f"tokenizer_path: cannot load {file}: {exc}") from None
 
 
 class _Shares:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from pytest_socket import disable_socket, enable_socket
@@ -33,3 +34,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if nextitem is None or nextitem.path != item.path:
         gc.collect()
         gc.freeze()
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer() -> Any:
+    """The real Qwen3 tokenizer (a ``transformers`` fast tokenizer), rebuilt from its
+    vocabulary with no network: built once, for every test that reads it."""
+    from langchain_qwen_fast.testing.tiny_model import build_tokenizer
+
+    return build_tokenizer()

@@ -136,10 +136,10 @@ def test_tools_are_announced_in_the_system_turn() -> None:
     )
 
 
-def test_built_tokenizer_carries_the_template_and_the_real_ids() -> None:
-    from langchain_qwen_fast.testing.tiny_model import QWEN3_SPECIAL_TOKENS, build_tokenizer
+def test_built_tokenizer_carries_the_template_and_the_real_ids(qwen3_tokenizer: Any) -> None:
+    from langchain_qwen_fast.testing.tiny_model import QWEN3_SPECIAL_TOKENS
 
-    tokenizer = build_tokenizer()
+    tokenizer = qwen3_tokenizer
     assert tokenizer.chat_template == QWEN3_CHAT_TEMPLATE
     assert tokenizer.convert_tokens_to_ids("<|im_start|>") == 151644
     assert tokenizer.convert_tokens_to_ids("</think>") == 151668
