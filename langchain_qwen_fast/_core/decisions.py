@@ -269,7 +269,10 @@ class UsageLedger:
 
     def record(self, reply: Any, prompts: Sequence[tuple[str, str]]) -> None:
         """A request's reply, for its ``(body, tail)`` prompts (an error reply took nothing)."""
-        counts = parse_usage(reply)
+        self.record_counts(parse_usage(reply), prompts)
+
+    def record_counts(self, counts: TokenCounts | None, prompts: Sequence[tuple[str, str]]) -> None:
+        """A request's token counts (:func:`parse_usage`), for its ``(body, tail)`` prompts."""
         if counts is None or not prompts:
             return
         weights = [len(body) + len(tail) + 1 for body, tail in prompts]
@@ -286,7 +289,11 @@ class UsageLedger:
         return TokenUsage(round(prompt), None if cached < 0 else round(cached), round(output))
 
 
-def parse_usage(reply: Any) -> tuple[int, int | None, int] | None:
+#: A reply's ``(prompt tokens, cached prompt tokens or None, output tokens)``.
+TokenCounts = tuple[int, int | None, int]
+
+
+def parse_usage(reply: Any) -> TokenCounts | None:
     """A completions reply's ``(prompt tokens, cached prompt tokens or None, output tokens)``,
     or None for an error or a reply without counts."""
     usage = reply.get("usage") if isinstance(reply, dict) else None
@@ -391,6 +398,7 @@ __all__ = [
     "DecisionQuestion",
     "QuestionKind",
     "QuestionSet",
+    "TokenCounts",
     "TokenUsage",
     "Turn",
     "UsageLedger",

@@ -20,7 +20,7 @@ from typing import Any
 from langchain_qwen_fast._core import vllm_api
 from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.classification import Classification, Decided, text_of
-from langchain_qwen_fast._core.decisions import DecisionPlan, UsageLedger
+from langchain_qwen_fast._core.decisions import DecisionPlan, TokenCounts, UsageLedger, parse_usage
 from langchain_qwen_fast._core.prompting import (
     ClassifierPlan,
     LabelSet,
@@ -54,10 +54,6 @@ def _release() -> str:
         return "0.0.0"
 
 
-# Work on a big async batch is done in slices with a yield to the event loop between them,
-# so that however large an abatch is, it never holds the loop for long (the soak in
-# tests/integration_tests/reliability records the loop's longest stall).
-_GROUPS_PER_CHECKPOINT = 16
 # Prompts tokenised client-side per slice, with a yield between slices: a slice is short
 # enough not to stall the event loop, long enough that the yields cost next to nothing.
 _ENCODE_SLICE = 1024
@@ -350,7 +346,7 @@ class Procedure:
         pending = [b for b in level.bodies if outcome.get(b) is None]
         answers = yield from self._ask_steps(plan, pending, prompt_of, sizes)
         for body in pending:
-            outcome[body] = self._combined(plan, answers[body])
+            outcome[body] = self._combined(plan, [step[body] for step in answers])
         self._store(keys, pending, outcome)
         return level.results(outcome)
 
@@ -402,35 +398,42 @@ class Procedure:
 
     def _ask_steps(
         self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], sizes: _Sizes
-    ) -> Steps[dict[str, list[Any]]]:
+    ) -> Steps[list[dict[str, Any]]]:
         """Every step of every body, in grouped requests; each answer, or the exception that
-        ended its request, by body and step. A group refused for its content is split in
+        ended its request, by step and body. A group refused for its content is split in
         halves until the bad prompt stands alone."""
-        answers: dict[str, list[Any]] = {b: [None] * len(plan.steps) for b in bodies}
+        answers: list[dict[str, Any]] = [{} for _ in plan.steps]
         groups = _groups(plan, bodies, sizes)
         while groups:
             replies = yield [self._group_call(plan, g, prompt_of) for g in groups]
             split: list[_Group] = []
-            for n, (group, reply) in enumerate(zip(groups, replies, strict=True), 1):
-                if n % _GROUPS_PER_CHECKPOINT == 0:
-                    yield []  # parsing thousands of replies: let the event loop breathe
+            for group, reply in zip(groups, replies, strict=True):
                 if splits_group(reply) and len(group) > 1:
                     half = len(group) // 2
                     split += [group[:half], group[half:]]
-                else:
-                    _assign(plan, reply, group, answers)
-                    if sizes.usage is not None:
-                        sizes.usage.record(reply, [(b, plan.steps[k].tail) for b, k in group])
+                    continue
+                if isinstance(reply, Exception):
+                    for body, k in group:
+                        answers[k][body] = reply
+                    continue
+                for (body, k), answer in zip(group, reply.answers, strict=True):
+                    answers[k][body] = answer
+                if sizes.usage is not None:
+                    sizes.usage.record_counts(reply.counts, [(b, plan.steps[k].tail) for b, k in group])
             groups = split
         return answers
 
     def _group_call(self, plan: ClassifierPlan, group: _Group, prompt_of: Mapping[str, list[int]]) -> Call:
-        """The request for ``group``. With a local tokenizer, prompts not yet tokenised are
-        tokenised when the request is sent (off the event loop)."""
+        """The request for ``group``, its reply read as :class:`_GroupReply` where it arrives.
+        With a local tokenizer, prompts not yet tokenised are tokenised when the request is
+        sent (off the event loop)."""
         step = group[0][1]
         if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
-            return vllm_api.classify_call(plan, self.model, step, [_prompt(plan, prompt_of, b, k) for b, k in group])
-        return vllm_api.classify_call(plan, self.model, step, functools.partial(_encoded, plan, group, prompt_of))
+            prompts: Any = [_prompt(plan, prompt_of, b, k) for b, k in group]
+        else:
+            prompts = functools.partial(_encoded, plan, group, prompt_of)
+        method, path, body = vllm_api.classify_call(plan, self.model, step, prompts)
+        return method, path, body, functools.partial(_read_group, plan, tuple(k for _, k in group))
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
         labels = plan.label_set.labels
@@ -609,27 +612,32 @@ def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
     )
 
 
-def _assign(plan: ClassifierPlan, reply: Any, group: _Group, answers: dict[str, list[Any]]) -> None:
-    """A group's reply into each of its prompts' answers (the reply's error, if it is one)."""
-    if isinstance(reply, Exception):
-        for body, k in group:
-            answers[body][k] = reply
-        return
+@dataclass(frozen=True)
+class _GroupReply:
+    """A group's reply as read where it arrived: each prompt's answer (its step's scores, or
+    the error its item ended with), in the group's order, and the reply's token counts."""
+
+    answers: list[Any]
+    counts: TokenCounts | None
+
+
+def _read_group(plan: ClassifierPlan, steps: tuple[int, ...], reply: Any) -> _GroupReply:
+    """A group's decoded reply, for prompts asking ``steps``, as a :class:`_GroupReply`."""
     try:
         items = vllm_api.reply_items(plan, reply)
     except ResponseFormatError as error:
-        for body, k in group:
-            answers[body][k] = error
-        return
-    for position, (body, k) in enumerate(group):
+        return _GroupReply([error] * len(steps), None)
+    answers: list[Any] = []
+    for position, k in enumerate(steps):
         item = items.get(position)
         if item is None:
-            answers[body][k] = ResponseFormatError(f"reply has no choice for prompt {position} of its group")
+            answers.append(ResponseFormatError(f"reply has no choice for prompt {position} of its group"))
             continue
         try:
-            answers[body][k] = vllm_api.parse_item(plan, k, item)
+            answers.append(vllm_api.parse_item(plan, k, item))
         except QwenFastError as exc:
-            answers[body][k] = exc
+            answers.append(exc)
+    return _GroupReply(answers, parse_usage(reply))
 
 
 def _with_path(result: Classification) -> Classification:

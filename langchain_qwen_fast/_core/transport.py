@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import email.utils
+import gc
 import re
 import threading
 import time
@@ -54,6 +55,9 @@ from langchain_qwen_fast.errors import (
 
 T = TypeVar("T")
 
+#: What turns a call's decoded reply into its result (None: the decoded reply is the result).
+Reader = Callable[[Any], Any] | None
+
 #: The transport's defaults, the classifier's and the chat model's alike: seconds allowed for
 #: each request, retries after the first try, and the seconds after the first try past which
 #: no retry wait may end.
@@ -68,10 +72,16 @@ DEFAULT_POOL_SIZE = 64
 RETRY_BACKOFF_INITIAL = 0.1
 RETRY_BACKOFF_MAX = 4.0
 
-#: A request: (HTTP method, path under the base URL, JSON body or None). The body may also be
-#: a function that builds it, called once when the request is sent (the async path calls it
-#: in a worker thread): tokenising a group's prompts then overlaps the other requests.
-Call = tuple[str, str, Any]
+#: A request: (HTTP method, path under the base URL, JSON body or None), and optionally a
+#: reader. The body may also be a function that builds it, called once when the request is
+#: sent (the async path calls it in a worker thread): tokenising a group's prompts then
+#: overlaps the other requests. A reader turns the decoded reply into what the caller keeps,
+#: the moment it arrives, so that a large reply's JSON never outlives its request (many
+#: replies held at once until the last one arrives cost the cyclic garbage collector a pass
+#: over each of their objects); what it returns, or raises, is the call's result.
+Call = tuple[str, str, Any] | tuple[str, str, Any, Callable[[Any], Any]]
+#: A call without a reader.
+Request = tuple[str, str, Any]
 
 
 def _content(body: Any) -> bytes | None:
@@ -350,33 +360,37 @@ class Transport:
             return ServerConnectionError(f"could not connect to {where}: {what}")
         return ServerConnectionError(f"the connection to {where} failed: {what}")
 
-    def _answered(self, replica: int, reply: HTTPReply, path: str) -> Any:
+    def _answered(self, replica: int, reply: HTTPReply, path: str, read: Reader) -> Any:
         self.replicas.release(replica, "failed" if reply[0] >= 500 else "ok")
-        return _decode(reply, path, self.base_urls[replica])
+        if read is None:
+            return _decode(reply, path, self.base_urls[replica])
+        with _collector_paused():
+            return read(_decode(reply, path, self.base_urls[replica]))
 
-    def _send(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
+    def _send(self, method: str, path: str, tried: set[int], content: bytes | None, read: Reader) -> Any:
         replica, url = self._pick(tried, path)
         with self._trying(replica, url):
             reply = self.stack.send(method, url, content)
-        return self._answered(replica, reply, path)
+        return self._answered(replica, reply, path, read)
 
-    async def _asend(self, method: str, path: str, tried: set[int], content: bytes | None) -> Any:
+    async def _asend(self, method: str, path: str, tried: set[int], content: bytes | None, read: Reader) -> Any:
         replica, url = self._pick(tried, path)
         with self._trying(replica, url):
             reply = await self.stack.asend(method, url, content)
-        return self._answered(replica, reply, path)
+        return self._answered(replica, reply, path, read)
 
     # -- requests ---------------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        """One request, retried per the policy; returns the decoded JSON."""
+    def request(self, method: str, path: str, body: Any = None, read: Reader = None) -> Any:
+        """One request, retried per the policy; returns the decoded JSON, or what ``read``
+        makes of it."""
         content = _content(body)
         self.budget.earn()
-        return self._retrying.copy()(self._send, method, path, set(), content)
+        return self._retrying.copy()(self._send, method, path, set(), content, read)
 
-    async def _arequest(self, method: str, path: str, body: Any = None) -> Any:
+    async def _arequest(self, method: str, path: str, body: Any = None, read: Reader = None) -> Any:
         content = await asyncio.to_thread(_content, body) if callable(body) else _content(body)
         self.budget.earn()
-        return await self._aretrying.copy()(self._asend, method, path, set(), content)
+        return await self._aretrying.copy()(self._asend, method, path, set(), content, read)
 
     def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
         """Run ``calls`` with at most ``max_concurrency`` in flight; results in order,
@@ -429,6 +443,22 @@ class Transport:
         """Close this event loop's pooled httpx connections (an aiohttp stack serves every
         loop: :meth:`close` ends it)."""
         await self.httpx.aclose()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a reply is decoded and read: its JSON is thousands
+    of containers that live for that moment only, and a collection that finds them alive
+    moves them to older generations, whose collections then walk the whole heap. Left alone
+    where the collector is already off (the application's choice)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _url(base: str, path: str) -> str:

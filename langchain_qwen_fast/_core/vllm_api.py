@@ -1,19 +1,21 @@
 """The one place that knows vLLM's HTTP endpoints: request bodies and reply parsing for
 ``/v1/models``, ``/tokenize``, ``/detokenize``, ``/v1/completions`` and ``/classify``.
 
-Pure functions; the transport sends what they build. A request is a :data:`Call`:
-(HTTP method, path, JSON body or None). Paths under ``/v1`` are relative (``"completions"``);
-server routes hang off the root (``"/tokenize"``).
+Pure functions; the transport sends what they build. A request is a
+:data:`~langchain_qwen_fast._core.transport.Request`: (HTTP method, path, JSON body or None).
+Paths under ``/v1`` are relative (``"completions"``); server routes hang off the root
+(``"/tokenize"``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_qwen_fast._core.prompting import ClassifierPlan, Prediction, Prompt, strip_think
-from langchain_qwen_fast._core.transport import Call
+from langchain_qwen_fast._core.transport import Request
 from langchain_qwen_fast.errors import LabelParseError, QwenFastError, ResponseFormatError, ServerStatusError
 
 #: Servers that cannot return the logprobs of chosen tokens give the top-k instead.
@@ -23,7 +25,7 @@ _REPLY_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 
 # -- /v1/models --------------------------------------------------------------------------
-def models_call() -> Call:
+def models_call() -> Request:
     """List the served models."""
     return ("GET", "models", None)
 
@@ -47,7 +49,7 @@ def model_identity(reply: Any, model: str) -> str:
 
 
 # -- /tokenize ---------------------------------------------------------------------------
-def tokenize_call(model: str, text: str) -> Call:
+def tokenize_call(model: str, text: str) -> Request:
     """Tokenise ``text`` exactly as a completion prompt is tokenised (no special tokens added)."""
     return ("POST", "/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
 
@@ -67,7 +69,7 @@ def is_tokenizer_unavailable(reply: Any) -> bool:
     return isinstance(reply, ServerStatusError) and reply.status_code == 400 and "skip_tokenizer_init" in str(reply)
 
 
-def detokenize_call(model: str, tokens: Sequence[int]) -> Call:
+def detokenize_call(model: str, tokens: Sequence[int]) -> Request:
     """Turn token ids back into text."""
     return ("POST", "/detokenize", {"model": model, "tokens": list(tokens)})
 
@@ -91,9 +93,9 @@ def _text(reply: Any, key: str, what: str) -> str:
 # -- /v1/completions and /classify -------------------------------------------------------
 def classify_call(
     plan: ClassifierPlan, model: str, step: int, prompts: Sequence[Prompt] | Callable[[], Sequence[Prompt]]
-) -> Call:
+) -> Request:
     """The request that asks ``step`` of a group of rendered prompts, or of the prompts a
-    function gives, called when the request is sent (see :data:`Call`)."""
+    function gives, called when the request is sent (see :data:`~langchain_qwen_fast._core.transport.Request`)."""
     path = "/classify" if plan.scoring == "head" else "completions"
     if callable(prompts):
         make = prompts
@@ -182,6 +184,14 @@ def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> StepScores:
     ``logprob_token_ids``, those are all there and the sampled token is not read; otherwise
     the sampled token (limited to the answer tokens) and the top-k are."""
     allowed = plan.steps[step].allowed
+    if plan.has_logprob_token_ids:
+        # Every text's reply names the same answer tokens: they are looked up by their keys,
+        # made once a step, rather than every key of every reply parsed.
+        try:
+            top = choice["logprobs"]["top_logprobs"][0]
+            return {t: float(top[key]) for t, key in zip(allowed, _token_keys(allowed), strict=True)}
+        except _REPLY_ERRORS:
+            pass  # said precisely below
     text = _text(choice, "text", "completion choice")
     try:
         logprobs = choice["logprobs"]
@@ -203,6 +213,12 @@ def parse_choice(plan: ClassifierPlan, step: int, choice: Any) -> StepScores:
             reply=text,
         )
     return answer
+
+
+@functools.lru_cache(maxsize=256)
+def _token_keys(tokens: tuple[int, ...]) -> tuple[str, ...]:
+    """The keys a reply gives ``tokens``' logprobs under (``return_tokens_as_token_ids``)."""
+    return tuple(f"token_id:{t}" for t in tokens)
 
 
 def parse_head(plan: ClassifierPlan, item: Any) -> StepScores:

@@ -265,6 +265,30 @@ async def test_a_body_given_as_a_function_is_built_once_off_the_event_loop() -> 
     assert t.request("POST", "completions", body) == {"ok": True} and len(built) == 2
 
 
+def test_a_reader_makes_the_result_where_the_reply_arrives_with_the_collector_paused() -> None:
+    import gc
+
+    seen: list[tuple[Any, bool]] = []
+
+    def read(reply: Any) -> Any:
+        seen.append((reply, gc.isenabled()))
+        if reply["n"] == 2:
+            raise ResponseFormatError("item 2 unreadable")
+        return reply["n"] * 10
+
+    t = transport(lambda r: httpx.Response(200, json={"n": int(r.url.path.rsplit("/", 1)[1])}))
+    results = t.request_all([("GET", f"item/{n}", None, read) for n in range(4)], max_concurrency=2)
+    assert results[:2] == [0, 10] and isinstance(results[2], ResponseFormatError) and results[3] == 30
+    assert sorted(r["n"] for r, _ in seen) == [0, 1, 2, 3] and not any(enabled for _, enabled in seen)
+    assert gc.isenabled()
+    gc.disable()  # an application's own choice is left as it was
+    try:
+        assert t.request("GET", "item/5", None, read) == 50 and not gc.isenabled()
+    finally:
+        gc.enable()
+    assert t.request("GET", "item/6") == {"n": 6}  # no reader: the decoded reply
+
+
 # -- the aiohttp path (servers that take one prompt a request), over a Unix socket ------------
 @pytest.fixture
 def unix_fake() -> Generator[tuple[FakeVLLM, UnixServer], None, None]:
