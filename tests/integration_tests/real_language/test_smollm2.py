@@ -14,7 +14,9 @@ from statistics import fmean
 
 from langchain_qwen_fast import Classification, QwenClassifier
 from tests.integration_tests.conftest import NEWS_LABELS
-from tests.integration_tests.real_language.conftest import SMOLLM2_NAME
+from tests.integration_tests.real_language.conftest import SMOLLM2_NAME, background_jobs
+
+__all__ = ["background_jobs"]  # the integration conftest plans the package's training runs through it
 
 #: Six natural headlines per AG News label, written by hand.
 HEADLINES: dict[str, list[str]] = {
