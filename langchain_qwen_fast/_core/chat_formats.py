@@ -52,9 +52,10 @@ def tokenize_chat_call(model: str, messages: Sequence[dict[str, str]]) -> Call:
 def fitted_settings_steps(procedure: Procedure) -> Steps[EngineSettings | Exception]:
     """The procedure's settings with every chat label set written in the served model's
     format (the settings themselves where nothing changes), or the error a probe request
-    ended with (returned, not raised: the set-up runs beside it, and its own error about the
-    same server says more). A head reads the bare text and needs no format; an engine without
-    label sets (a decision model's) asks nothing.
+    ended with, or a local tokenizer's refusal (returned, not raised: the set-up runs beside
+    it, and its own error about the same server, or that tokenizer, says more). A head reads
+    the bare text and needs no format; an engine without label sets (a decision model's)
+    asks nothing.
 
     Raises:
         ConfigurationError: the vocabulary lacks the tokens a layout is made of, or the
@@ -73,7 +74,14 @@ def fitted_settings_steps(procedure: Procedure) -> Steps[EngineSettings | Except
         encoded = [vllm_api.parse_tokenize(r) for r in replies]
     counts = format_token_counts(encoded)
     whose = f"model {procedure.model!r}"
-    fitted = {node: fit_format(labels, counts, whose) for node, labels in settings.label_sets.items()}
+    try:
+        fitted = {node: fit_format(labels, counts, whose) for node, labels in settings.label_sets.items()}
+    except ConfigurationError as exc:
+        # A local tokenizer's refusal waits for the set-up's own check of that tokenizer
+        # against the server's: a tokenizer of another model is the likelier fault.
+        if procedure.tokenizer is not None:
+            return exc
+        raise
     formats = {labels.prompt_format for labels in fitted.values() if labels.layout == "chat"}
     for prompt_format in formats - {QWEN3}:
         yield from check_template_steps(procedure, prompt_format)

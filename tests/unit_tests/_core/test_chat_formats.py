@@ -22,7 +22,7 @@ from langchain_qwen_fast._core.prompting import (
     fit_format_to_tokenizer,
     local_plan,
 )
-from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.errors import ConfigurationError, QwenFastError
 from tests.support.fake_vllm import FakeVLLM, ToyTokenizer, toy_tokenize
 
 LABELS = ["World", "Sports", "Business"]
@@ -218,3 +218,17 @@ def test_a_server_that_cannot_tell_is_let_through() -> None:
     chat, asked = chat_model(None, enable_thinking=True)
     assert chat.invoke("q").content == "Paris"
     assert asked[-1] == "/v1/chat/completions"
+
+
+def test_a_local_tokenizer_of_another_model_is_named_before_the_format(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tokenizer_path whose vocabulary lacks ChatML's turns is more likely another model's
+    tokenizer than the served model's: the set-up's check of it against the server speaks first."""
+    from langchain_qwen_fast._core import engine
+
+    class NoTurns(ToyTokenizer):
+        def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
+            return [self.Encoding(toy_tokenize(t.replace("<|im_start|>", "< im_start >"))) for t in texts]
+
+    monkeypatch.setattr(engine, "load_tokenizer", lambda path: NoTurns())
+    with pytest.raises(QwenFastError, match="does not match the server's"):
+        classifier(FakeVLLM(), tokenizer_path="toy").invoke("a text")
