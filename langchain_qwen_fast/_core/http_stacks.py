@@ -14,6 +14,8 @@ import abc
 import asyncio
 import concurrent.futures
 import dataclasses
+import functools
+import ssl
 import threading
 import weakref
 from collections.abc import Callable, Coroutine
@@ -74,6 +76,14 @@ class HTTPStack(abc.ABC):
         """Close the pooled connections (they open again on next use)."""
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context, made once a process and shared by every client: making
+    one loads the certificate store, the largest part of a new client's cost, and an async
+    client is new for each event loop (each ``asyncio.run``)."""
+    return httpx.create_ssl_context()
+
+
 class HttpxStack(HTTPStack):
     """httpx: a pooled sync client, and a pooled async client per event loop; a blocking batch
     runs on threads. ``http_transport`` replaces the network (``httpx.MockTransport`` serves
@@ -101,14 +111,18 @@ class HttpxStack(HTTPStack):
                     "abatch/ainvoke, or a transport that is also an httpx.BaseTransport"
                 )
             self._client = httpx.Client(
-                headers=self._headers, timeout=self._timeout, limits=self._limits, transport=custom
+                headers=self._headers,
+                timeout=self._timeout,
+                limits=self._limits,
+                transport=custom,
+                verify=tls_context(),
             )
         return self._client
 
     def new_async_client(self) -> httpx.AsyncClient:
         """A pooled async client with these limits and timeout, without the headers (for an
         SDK that keeps its own client; it binds to the event loop that first uses it)."""
-        return httpx.AsyncClient(timeout=self._timeout, limits=self._limits)
+        return httpx.AsyncClient(timeout=self._timeout, limits=self._limits, verify=tls_context())
 
     def _aclient(self) -> httpx.AsyncClient:
         # An AsyncClient belongs to the loop that made it; asyncio.run() twice means two loops.
@@ -122,7 +136,11 @@ class HttpxStack(HTTPStack):
                     "batch/invoke, or a transport that is also an httpx.AsyncBaseTransport"
                 )
             client = httpx.AsyncClient(
-                headers=self._headers, timeout=self._timeout, limits=self._limits, transport=transport
+                headers=self._headers,
+                timeout=self._timeout,
+                limits=self._limits,
+                transport=transport,
+                verify=tls_context(),
             )
             self._aclients[loop] = client
         return client

@@ -426,7 +426,7 @@ class Procedure:
     def _group_call(self, plan: ClassifierPlan, group: _Group, prompt_of: Mapping[str, list[int]]) -> Call:
         """The request for ``group``, its reply read as :class:`_GroupReply` where it arrives.
         With a local tokenizer, prompts not yet tokenised are tokenised when the request is
-        sent (off the event loop)."""
+        sent."""
         step = group[0][1]
         if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
             prompts: Any = [_prompt(plan, prompt_of, b, k) for b, k in group]
@@ -436,11 +436,14 @@ class Procedure:
         return method, path, body, functools.partial(_read_group, plan, tuple(k for _, k in group))
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
+        # Every value here is made by this procedure, of the declared types: built without
+        # validating them again, which a batch would pay for every text.
+        made = Classification.model_construct
         labels = plan.label_set.labels
         scoring = plan.scoring
         if prediction.scores is None:
             label = labels[prediction.index]
-            return Classification(label=label, labels=[label], scoring=scoring)
+            return made(label=label, labels=[label], scoring=scoring)
         values = prediction.scores
         if self.rules.temperature != 1.0:
             values = tuple(apply_temperature(values, self.rules.temperature, plan.label_set.multi_label))
@@ -449,11 +452,11 @@ class Procedure:
             thresholds = self.rules.thresholds
             chosen = [x for x in labels if scores[x] >= thresholds.get(x, 0.5)]
             best = max(chosen, key=scores.__getitem__) if chosen else None
-            return Classification(label=best, labels=chosen, scores=scores, scoring=scoring, multi_label=True)
+            return made(label=best, labels=chosen, scores=scores, scoring=scoring, multi_label=True)
         if self.rules.abstain_below is not None and max(values) < self.rules.abstain_below:
-            return Classification(label=None, labels=[], scores=scores, abstained=True, scoring=scoring)
+            return made(label=None, labels=[], scores=scores, abstained=True, scoring=scoring)
         label = labels[prediction.index]
-        return Classification(label=label, labels=[label], scores=scores, scoring=scoring)
+        return made(label=label, labels=[label], scores=scores, scoring=scoring)
 
     def _fingerprint(self, plan: ClassifierPlan, node: Node) -> str:
         """Everything but the text that decides a result: server, model, prompt layout, steps

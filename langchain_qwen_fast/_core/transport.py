@@ -73,9 +73,12 @@ RETRY_BACKOFF_INITIAL = 0.1
 RETRY_BACKOFF_MAX = 4.0
 
 #: A request: (HTTP method, path under the base URL, JSON body or None), and optionally a
-#: reader. The body may also be a function that builds it, called once when the request is
-#: sent (the async path calls it in a worker thread): tokenising a group's prompts then
-#: overlaps the other requests. A reader turns the decoded reply into what the caller keeps,
+#: reader. The body may also be a function that builds it, called once when the request's
+#: turn to be sent comes: a group's prompts are tokenised then, so the first requests are out
+#: before the last are built. The async path calls it on the event loop, not in a worker
+#: thread: tiktoken holds the interpreter lock and ``tokenizers`` spreads a batch over threads
+#: of its own, so a worker thread bought no overlap, only the cost of handing the lock back
+#: and forth. A reader turns the decoded reply into what the caller keeps,
 #: the moment it arrives, so that a large reply's JSON never outlives its request (many
 #: replies held at once until the last one arrives cost the cyclic garbage collector a pass
 #: over each of their objects); what it returns, or raises, is the call's result.
@@ -388,7 +391,7 @@ class Transport:
         return self._retrying.copy()(self._send, method, path, set(), content, read)
 
     async def _arequest(self, method: str, path: str, body: Any = None, read: Reader = None) -> Any:
-        content = await asyncio.to_thread(_content, body) if callable(body) else _content(body)
+        content = _content(body)
         self.budget.earn()
         return await self._aretrying.copy()(self._asend, method, path, set(), content, read)
 
