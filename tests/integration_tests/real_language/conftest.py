@@ -81,7 +81,7 @@ def background_jobs() -> dict[str, tuple[Job, ...]]:
     head = f"--method head --learning-rate {HEAD_LEARNING_RATE} --served-model-name {HEAD_NAME}"
     sft = f"--method sft --export adapter --learning-rate {PRETRAINED_RECIPE['learning_rate']} --served-model-name"
     first = f"--method sft --export adapter --learning-rate {FIRST_LEARNING_RATE} --served-model-name"
-    jobs = {
+    jobs: dict[str, tuple[Job, ...]] = {
         "smollm2_model": (build,),
         "head_model": (_train_job("head", head_rows, head, build),),
         "sft_adapter": (_train_job(SFT_ADAPTER, news, f"{sft} {SFT_ADAPTER}", build),),
@@ -101,6 +101,17 @@ def trained(fixture: str, what: str) -> tuple[Path, dict[str, Any]]:
     report = json.loads((out / "training.json").read_text())
     record_seconds(f"SmolLM2-135M: train {what} (in the background)", report["train_seconds"])
     return out, report
+
+
+def _served(planned: PlannedServer, what: str) -> Iterator[str]:
+    """The planned server's base URL once it answers (its start-up time noted), stopped after."""
+    try:
+        url = planned.url()
+        if planned.startup_seconds is not None:
+            record_seconds(f"{what} start-up (launcher to /health 200)", planned.startup_seconds)
+        yield url
+    finally:
+        planned.stop()
 
 
 @pytest.fixture(scope="session")
@@ -148,28 +159,17 @@ def smollm2_url(
         max_model_len=2048,
         lora={SFT_ADAPTER: sft_adapter[0], FIRST_ADAPTER: first_adapter[0]},
     )
-    try:
-        url = planned.url()
-        if planned.startup_seconds is not None:
-            record_seconds("SmolLM2-135M server start-up (launcher to /health 200)", planned.startup_seconds)
-        yield url
-    finally:
-        planned.stop()
+    yield from _served(planned, "SmolLM2-135M server")
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def head_url(head_model: tuple[Path, dict[str, Any]]) -> Iterator[str]:
-    """Base URL of a vLLM server of the trained head on the pooling runner, served as ``news-head``."""
+    """Base URL of a vLLM server of the trained head on the pooling runner, served as ``news-head``:
+    stopped after the module that asked for it."""
     planned = PlannedServer(
         "QWEN_FAST_TEST_SMOLLM2_HEAD_URL",
         ROOT / "out" / "test-smollm2-head-server.log",
         lambda: head_model[0],
         served_model_name=HEAD_NAME,
     )
-    try:
-        url = planned.url()
-        if planned.startup_seconds is not None:
-            record_seconds("SmolLM2-135M head server start-up (launcher to /health 200)", planned.startup_seconds)
-        yield url
-    finally:
-        planned.stop()
+    yield from _served(planned, "SmolLM2-135M head server")

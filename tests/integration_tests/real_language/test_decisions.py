@@ -15,12 +15,13 @@ most of the time comes from a classifier trained on generated headlines
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 import pytest
-from langchain_core.decisions import Choice, Noul, Score
+from langchain_core.decisions import Choice, Noul, Question, Score
 
 from langchain_qwen_fast import QwenClassifier, QwenDecisionModel
 from langchain_qwen_fast.testing.samples import NATURAL_NEWS
@@ -83,7 +84,11 @@ def answers(smollm2_url: str) -> dict[str, list[Any]]:
     reviews (the Score): each question asked on its own (a set of one question is asked right
     after the text, as a classifier's prompt is)."""
     decisions = QwenDecisionModel(base_url=smollm2_url, model=SMOLLM2_NAME)
-    asked = {"sport": (SPORT, NATURAL_NEWS), "topic": (TOPIC, NATURAL_NEWS), "sentiment": (SENTIMENT, REVIEWS)}
+    asked: dict[str, tuple[Question, Sequence[tuple[str, Any]]]] = {
+        "sport": (SPORT, NATURAL_NEWS),
+        "topic": (TOPIC, NATURAL_NEWS),
+        "sentiment": (SENTIMENT, REVIEWS),
+    }
     return {
         name: decisions.batch([{"state": text, "questions": {name: question}} for text, _ in states])
         for name, (question, states) in asked.items()
