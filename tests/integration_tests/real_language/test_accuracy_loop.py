@@ -21,9 +21,16 @@ from typing import Any
 import pytest
 
 from langchain_qwen_fast.cli import main
-from langchain_qwen_fast.testing.samples import NATURAL_NEWS, NATURAL_REVIEW_POOL
+from langchain_qwen_fast.testing.samples import (
+    NATURAL_NEWS,
+    NATURAL_REVIEW_POOL,
+    SAMPLE_EXAMPLES,
+    SAMPLE_HEADLINES,
+    labelled_news,
+)
 from langchain_qwen_fast.training.data import write_labelled
-from tests.integration_tests.real_language.conftest import background_jobs, work_dir
+from tests.integration_tests.real_language.conftest import LABELS, background_jobs, work_dir
+from tests.integration_tests.real_language.test_smollm2 import HEADLINES
 
 __all__ = ["background_jobs"]  # the integration conftest plans this module's training runs through it
 
@@ -41,6 +48,20 @@ def _eval(data: Path, base_url: str, classifier: Path, out: Path, *extra: str) -
 def natural() -> Path:
     """The held-out natural headlines, as the labelled file ``qwen-fast eval`` reads."""
     return write_labelled(work_dir() / "natural.csv", NATURAL_NEWS)
+
+
+def test_the_natural_sets_are_apart_from_the_generator_the_samples_and_each_other() -> None:
+    """The held-out set and the review pool: each label equally often, no headline twice, none
+    shared with each other, with the zero-shot test's headlines, the samples or the generated
+    headlines the models train on."""
+    held_out, pool = [t for t, _ in NATURAL_NEWS], [t for t, _ in NATURAL_REVIEW_POOL]
+    for items in (NATURAL_NEWS, NATURAL_REVIEW_POOL):
+        assert sorted(label for _, label in items) == sorted(LABELS * (len(items) // len(LABELS)))
+    assert len(set(held_out)) == len(held_out) and len(set(pool)) == len(pool)
+    others = {*[t for group in HEADLINES.values() for t in group], *SAMPLE_HEADLINES, *[t for t, _ in SAMPLE_EXAMPLES]}
+    generated = {text for seed in range(3) for text, _ in labelled_news(1200, seed)}
+    assert not set(held_out) & set(pool)
+    assert not (set(held_out) | set(pool)) & (others | generated)
 
 
 def _calibrated_on_the_pool(classifier: Path, url: str, name: str) -> tuple[Path, dict[str, Any]]:
