@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from langchain_qwen_fast._core import vllm_api
+from langchain_qwen_fast._core import collector, vllm_api
 from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.classification import Classification, Decided, text_of
 from langchain_qwen_fast._core.decisions import DecisionPlan, TokenCounts, UsageLedger, parse_usage
@@ -345,8 +345,9 @@ class Procedure:
             yield from _local_length_steps(plan, unsure, outcome, prompt_of)
         pending = [b for b in level.bodies if outcome.get(b) is None]
         answers = yield from self._ask_steps(plan, pending, prompt_of, sizes)
-        for body in pending:
-            outcome[body] = self._combined(plan, [step[body] for step in answers])
+        with collector.paused():
+            for body in pending:
+                outcome[body] = self._combined(plan, [step[body] for step in answers])
         self._store(keys, pending, outcome)
         return level.results(outcome)
 
@@ -436,14 +437,11 @@ class Procedure:
         return method, path, body, functools.partial(_read_group, plan, tuple(k for _, k in group))
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
-        # Every value here is made by this procedure, of the declared types: built without
-        # validating them again, which a batch would pay for every text.
-        made = Classification.model_construct
         labels = plan.label_set.labels
         scoring = plan.scoring
         if prediction.scores is None:
             label = labels[prediction.index]
-            return made(label=label, labels=[label], scoring=scoring)
+            return Classification(label=label, labels=[label], scoring=scoring)
         values = prediction.scores
         if self.rules.temperature != 1.0:
             values = tuple(apply_temperature(values, self.rules.temperature, plan.label_set.multi_label))
@@ -452,11 +450,11 @@ class Procedure:
             thresholds = self.rules.thresholds
             chosen = [x for x in labels if scores[x] >= thresholds.get(x, 0.5)]
             best = max(chosen, key=scores.__getitem__) if chosen else None
-            return made(label=best, labels=chosen, scores=scores, scoring=scoring, multi_label=True)
+            return Classification(label=best, labels=chosen, scores=scores, scoring=scoring, multi_label=True)
         if self.rules.abstain_below is not None and max(values) < self.rules.abstain_below:
-            return made(label=None, labels=[], scores=scores, abstained=True, scoring=scoring)
+            return Classification(label=None, labels=[], scores=scores, abstained=True, scoring=scoring)
         label = labels[prediction.index]
-        return made(label=label, labels=[label], scores=scores, scoring=scoring)
+        return Classification(label=label, labels=[label], scores=scores, scoring=scoring)
 
     def _fingerprint(self, plan: ClassifierPlan, node: Node) -> str:
         """Everything but the text that decides a result: server, model, prompt layout, steps

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import dataclasses
 import email.utils
-import gc
 import re
 import threading
 import time
@@ -41,6 +40,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from langchain_qwen_fast._core import collector
 from langchain_qwen_fast._core.http_stacks import AiohttpStack, HTTPReply, HTTPStack, HttpxStack, WireSettings
 from langchain_qwen_fast._core.replicas import Replicas
 from langchain_qwen_fast.errors import (
@@ -367,7 +367,7 @@ class Transport:
         self.replicas.release(replica, "failed" if reply[0] >= 500 else "ok")
         if read is None:
             return _decode(reply, path, self.base_urls[replica])
-        with _collector_paused():
+        with collector.paused():
             return read(_decode(reply, path, self.base_urls[replica]))
 
     def _send(self, method: str, path: str, tried: set[int], content: bytes | None, read: Reader) -> Any:
@@ -446,22 +446,6 @@ class Transport:
         """Close this event loop's pooled httpx connections (an aiohttp stack serves every
         loop: :meth:`close` ends it)."""
         await self.httpx.aclose()
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a reply is decoded and read: its JSON is thousands
-    of containers that live for that moment only, and a collection that finds them alive
-    moves them to older generations, whose collections then walk the whole heap. Left alone
-    where the collector is already off (the application's choice)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _url(base: str, path: str) -> str:
