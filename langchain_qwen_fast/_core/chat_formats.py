@@ -9,7 +9,8 @@ taken at its word (the fast path: one round of ``/tokenize`` requests, none with
 tokenizer). Any other is checked against the server's own chat template: vLLM's
 ``/tokenize`` renders a conversation through it (``messages``), and its tokens must be the
 classifier's rendering of the same conversation, or the set-up stops with an error that says
-where they part.
+where they part. The decision engine asks the same of its server (:func:`chat_format_steps`):
+its prompts are written in the same two formats.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from langchain_qwen_fast._core.prompting import (
     FORMAT_PROBE_TOKENS,
     QWEN3,
     TEMPLATE_PROBE,
+    LabelSet,
     PromptFormat,
     fit_format,
     format_token_counts,
@@ -64,15 +66,9 @@ def fitted_settings_steps(procedure: Procedure) -> Steps[EngineSettings | Except
     settings = procedure.settings
     if settings.mode == "head" or not settings.label_sets:
         return settings
-    if procedure.tokenizer is not None:
-        encoded = yield from procedure.tokenize_steps(FORMAT_PROBE_TOKENS)
-    else:
-        replies = yield [vllm_api.tokenize_call(procedure.model, t) for t in FORMAT_PROBE_TOKENS]
-        failed = next((r for r in replies if isinstance(r, Exception)), None)
-        if failed is not None:
-            return failed
-        encoded = [vllm_api.parse_tokenize(r) for r in replies]
-    counts = format_token_counts(encoded)
+    counts = yield from _vocabulary_steps(procedure)
+    if isinstance(counts, Exception):
+        return counts
     whose = f"model {procedure.model!r}"
     try:
         fitted = {node: fit_format(labels, counts, whose) for node, labels in settings.label_sets.items()}
@@ -91,9 +87,48 @@ def fitted_settings_steps(procedure: Procedure) -> Steps[EngineSettings | Except
     return dataclasses.replace(settings, label_sets=fitted)
 
 
+def chat_format_steps(procedure: Procedure) -> Steps[PromptFormat | Exception]:
+    """The served model's chat format, as :func:`fitted_settings_steps` fits a chat label set
+    to it (checked against the server's own template where it is not Qwen3's), or the error a
+    probe request ended with (returned, not raised: the caller's set-up runs beside it, and
+    its own error about the same server says more).
+
+    Raises:
+        ConfigurationError: the vocabulary lacks ChatML's turn tokens, or the server's chat
+            template writes the turns otherwise than the fitted format.
+    """
+    counts = yield from _vocabulary_steps(procedure)
+    if isinstance(counts, Exception):
+        return counts
+    whose = f"model {procedure.model!r}"
+    prompt_format = fit_format(_CHAT, counts, whose).prompt_format
+    if prompt_format != QWEN3:
+        yield from check_template_steps(procedure, prompt_format)
+        _log.info("%s has no Qwen3 think tokens: its prompts are written in plain ChatML", whose)
+    return prompt_format
+
+
+#: A chat label set of nothing: what :func:`chat_format_steps` fits to ask for the format alone.
+_CHAT = LabelSet((), {}, "")
+
+
+def _vocabulary_steps(procedure: Procedure) -> Steps[dict[str, int] | Exception]:
+    """How many tokens each of :data:`FORMAT_PROBE_TOKENS` takes in the served vocabulary (the
+    local tokenizer's where there is one: no request), or the error a probe request ended with."""
+    if procedure.tokenizer is not None:
+        encoded = yield from procedure.tokenize_steps(FORMAT_PROBE_TOKENS)
+    else:
+        replies = yield [vllm_api.tokenize_call(procedure.model, t) for t in FORMAT_PROBE_TOKENS]
+        failed = next((r for r in replies if isinstance(r, Exception)), None)
+        if failed is not None:
+            return failed
+        encoded = [vllm_api.parse_tokenize(r) for r in replies]
+    return format_token_counts(encoded)
+
+
 def check_template_steps(procedure: Procedure, prompt_format: PromptFormat) -> Steps[None]:
     """Raise unless the server's chat template renders :data:`TEMPLATE_PROBE` as the same
-    tokens as the classifier does in ``prompt_format``. A server that cannot render it (no
+    tokens as the package's prompts do in ``prompt_format``. A server that cannot render it (no
     chat template, no tokenizer) leaves the format as the vocabulary chose it."""
     ours_text = render_template_probe(prompt_format)
     theirs_reply, ours = yield from gather(
@@ -121,11 +156,11 @@ def _mismatch(model: str, prompt_format: PromptFormat, ours: list[int], theirs: 
     at = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
     return (
         f"the chat template of model {model!r} writes a system and a user turn otherwise than the "
-        f"classifier's {prompt_format.name} prompts: token {at} differs ({theirs[at : at + 4]} from the "
-        f"template, {ours[at : at + 4]} in the classifier's prompt). The classifier writes Qwen3 and plain "
-        "ChatML prompts only; serve the model with a ChatML chat template (vLLM's --chat-template), or "
-        "a classification head (mode='head'), which reads the bare text"
+        f"package's {prompt_format.name} prompts: token {at} differs ({theirs[at : at + 4]} from the "
+        f"template, {ours[at : at + 4]} in the package's prompt). Classifiers and decision models write "
+        "Qwen3 and plain ChatML prompts only; serve the model with a ChatML chat template (vLLM's "
+        "--chat-template), or, for a classifier, a classification head (mode='head'), which reads the bare text"
     )
 
 
-__all__ = ["check_template_steps", "fitted_settings_steps", "tokenize_chat_call"]
+__all__ = ["chat_format_steps", "check_template_steps", "fitted_settings_steps", "tokenize_chat_call"]

@@ -1,9 +1,10 @@
 """The decision engine: answers decision requests (a rendered state and a
 :class:`~langchain_qwen_fast._core.decisions.QuestionSet`) on an :class:`Engine`'s servers.
 
-It learns once what the server can do (the model it serves, its context, whether it takes a
-list of prompts and returns chosen tokens' logprobs), then a plan per question set (the
-answers' tokens, the head's length), kept in a bounded cache. Requests with the same
+It learns once what the server can do (the model it serves, its context, its chat format,
+whether it takes a list of prompts and returns chosen tokens' logprobs), then a plan per
+question set (its prompts written in that format, the answers' tokens, the head's length),
+kept in a bounded cache. Requests with the same
 question set go through the classifier's procedure together, as one batch over their
 states (deduplicated, length-checked, grouped, cached); requests with different sets run side
 by side, sharing the requests in flight. No LangChain: the decision model and the HTTP
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_qwen_fast._core import collector, vllm_api
+from langchain_qwen_fast._core.chat_formats import chat_format_steps
 from langchain_qwen_fast._core.classification import Decided
 from langchain_qwen_fast._core.decisions import (
     Answered,
@@ -32,7 +34,7 @@ from langchain_qwen_fast._core.decisions import (
 )
 from langchain_qwen_fast._core.engine import ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA, Engine
 from langchain_qwen_fast._core.procedure import Procedure, PromptLists
-from langchain_qwen_fast._core.prompting import ClassifierPlan, LabelSet, Step, plan_steps
+from langchain_qwen_fast._core.prompting import QWEN3, ClassifierPlan, LabelSet, PromptFormat, Step, plan_steps
 from langchain_qwen_fast._core.settings import Rules
 from langchain_qwen_fast._core.transport import Steps, adrive, drive, gather
 from langchain_qwen_fast.errors import ConfigurationError, ContextLengthError, ResponseFormatError
@@ -52,6 +54,7 @@ class _Server:
 
     max_model_len: int
     served: str
+    prompt_format: PromptFormat = QWEN3
     takes_prompt_lists: bool = True
     has_logprob_token_ids: bool = True
 
@@ -127,20 +130,18 @@ class Decider:
             ]
 
     def _server_steps(self) -> Steps[_Server]:
-        """What the server can do, learnt once: the model it serves and its context, then a
-        probe that finds whether it takes a list of prompts and returns chosen tokens'
-        logprobs (both :class:`~langchain_qwen_fast._core.procedure.Procedure` probes)."""
+        """What the server can do, learnt once: the model it serves and its context, and its
+        chat format (:func:`~langchain_qwen_fast._core.chat_formats.chat_format_steps`, asked
+        beside the first request, at no cost in round trips), then a probe that finds whether
+        it takes a list of prompts and returns chosen tokens' logprobs (both
+        :class:`~langchain_qwen_fast._core.procedure.Procedure` probes)."""
         if self._server is not None:
             return self._server
-        reply = (yield [vllm_api.models_call()])[0]
-        if isinstance(reply, Exception):
-            raise reply
-        served = vllm_api.parse_models(reply)
-        model = self._engine.settings.model
-        if model not in served:
-            where = ", ".join(self._engine.settings.base_urls) or "the server"
-            raise ConfigurationError(f"model {model!r} is not served at {where}; it serves {sorted(served)}")
-        server = _Server(served[model], vllm_api.model_identity(reply, model))
+        runs: list[Steps[Any]] = [self._served_steps(), chat_format_steps(self._procedure)]
+        server, prompt_format = yield from gather(runs)
+        if isinstance(prompt_format, Exception):
+            raise prompt_format
+        server = dataclasses.replace(server, prompt_format=prompt_format)
         probe = yield from self._built_steps(_PROBE, server)
         lists = PromptLists()
         answer = yield from self._procedure.probe_steps(probe, 0, lists)
@@ -151,6 +152,18 @@ class Decider:
         )
         self._server = server
         return server
+
+    def _served_steps(self) -> Steps[_Server]:
+        """The model the server serves, and its context."""
+        reply = (yield [vllm_api.models_call()])[0]
+        if isinstance(reply, Exception):
+            raise reply
+        served = vllm_api.parse_models(reply)
+        model = self._engine.settings.model
+        if model not in served:
+            where = ", ".join(self._engine.settings.base_urls) or "the server"
+            raise ConfigurationError(f"model {model!r} is not served at {where}; it serves {sorted(served)}")
+        return _Server(served[model], vllm_api.model_identity(reply, model))
 
     def _plan_steps(self, questions: QuestionSet) -> Steps[DecisionPlan]:
         server = yield from self._server_steps()
@@ -167,8 +180,10 @@ class Decider:
         return plan
 
     def _built_steps(self, questions: QuestionSet, server: _Server) -> Steps[DecisionPlan]:
-        """A question set's plan: every answer's tokens, the head's and the tails' lengths
-        (one round of ``/tokenize`` calls, or none with a local tokenizer)."""
+        """A question set's plan, its prompts written in the server's chat format: every
+        answer's tokens, the head's and the tails' lengths (one round of ``/tokenize`` calls,
+        or none with a local tokenizer)."""
+        questions = questions.in_format(server.prompt_format)
         head = questions.render_head()
         tails = list(questions.tails())
         asked = [q for q in questions.questions if len(q.labels) > 1]
@@ -197,7 +212,7 @@ class Decider:
                 limit=server.max_model_len,
             )
         plan = DecisionPlan(
-            label_set=LabelSet((), {}, head),
+            label_set=LabelSet((), {}, head, prompt_format=questions.prompt_format),
             scoring="label_tokens",
             head=head,
             steps=all_steps,

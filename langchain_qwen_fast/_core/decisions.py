@@ -11,6 +11,10 @@ that vLLM's prefix cache computes it once:
     tail     one per question: a short user turn naming the question, then the assistant
              turn's opening (+ the label tokens already given, where labels share tokens)
 
+The turns are written in the served model's chat format (:class:`QuestionSet`'s
+``prompt_format``, fitted at set-up as the classifier's is: Qwen3's with the empty think block,
+or plain ChatML without it; see :mod:`~langchain_qwen_fast._core.chat_formats`).
+
 One question set over many states shares the head; many questions over one state share the
 head and the state, and each question adds only its tail. The answers are read exactly as
 ``QwenClassifier`` reads labels (:mod:`~langchain_qwen_fast._core.prompting`): one step over
@@ -36,12 +40,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_qwen_fast._core.prompting import (
-    PROMPT_SUFFIX,
+    QWEN3,
     SYSTEM_OPEN,
     TURN_END,
     USER_OPEN,
     ClassifierPlan,
     LabelSet,
+    PromptFormat,
     neutralize_control_tokens,
 )
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
@@ -146,9 +151,11 @@ class DecisionQuestion:
 @dataclass(frozen=True)
 class QuestionSet:
     """The questions of a request, in order (hashable: requests with the same set share a
-    plan, and their prompts share its head)."""
+    plan, and their prompts share its head), and the chat format their prompts are written in
+    (the decision engine fits it to the served model)."""
 
     questions: tuple[DecisionQuestion, ...]
+    prompt_format: PromptFormat = QWEN3
 
     def __post_init__(self) -> None:
         if not self.questions:
@@ -168,22 +175,27 @@ class QuestionSet:
         """What follows the state to ask each question, in order: a short turn naming the
         question, computed once per question and state; a set of one question is answered
         right after the state, as a classifier's prompt is (nothing to tell apart)."""
+        suffix = self.prompt_format.answer_suffix
         if len(self.questions) == 1:
-            return (PROMPT_SUFFIX,)
-        return tuple(
-            f"{TURN_END}{USER_OPEN}Answer question {k}.{PROMPT_SUFFIX}" for k in range(1, len(self.questions) + 1)
-        )
+            return (suffix,)
+        return tuple(f"{TURN_END}{USER_OPEN}Answer question {k}.{suffix}" for k in range(1, len(self.questions) + 1))
+
+    def in_format(self, prompt_format: PromptFormat) -> QuestionSet:
+        """These questions, their prompts written in ``prompt_format`` (this set where they are)."""
+        return self if prompt_format == self.prompt_format else dataclasses.replace(self, prompt_format=prompt_format)
 
     def label_set(self, index: int) -> LabelSet:
-        """Question ``index``'s answers as a label set (only a one-label choice has fewer
-        than two, and it is answered without asking)."""
+        """Question ``index``'s answers as a label set, in this set's format (only a one-label
+        choice has fewer than two, and it is answered without asking)."""
         question = self.questions[index]
         if len(question.labels) < 2:
-            return LabelSet(question.labels, {}, question.instructions)
+            return LabelSet(question.labels, {}, question.instructions, prompt_format=self.prompt_format)
         try:
-            return LabelSet.build(question.labels)
+            labels = LabelSet.build(question.labels)
         except ConfigurationError as exc:
             raise InvalidInputError(f"question {question.name!r}: {exc}") from None
+        same = labels.prompt_format == self.prompt_format
+        return labels if same else dataclasses.replace(labels, prompt_format=self.prompt_format)
 
 
 @dataclass(frozen=True)

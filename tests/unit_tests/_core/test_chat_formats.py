@@ -1,6 +1,6 @@
-"""What is Qwen3's in the classifier's prompts, and how a model that is not Qwen3 is served:
-the chat format fitted from the served vocabulary, checked against the server's own chat
-template, or refused with an error that names the model and what it lacks."""
+"""What is Qwen3's in the classifier's and the decision model's prompts, and how a model that
+is not Qwen3 is served: the chat format fitted from the served vocabulary, checked against the
+server's own chat template, or refused with an error that names the model and what it lacks."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
+from langchain_core.decisions import Choice, Noul
 
-from langchain_qwen_fast import ChatQwenFast, QwenClassifier
+from langchain_qwen_fast import ChatQwenFast, QwenClassifier, QwenDecisionModel
+from langchain_qwen_fast._core.deciding import Decider
+from langchain_qwen_fast._core.decisions import DecisionQuestion, QuestionSet
 from langchain_qwen_fast._core.prompting import (
     CHATML,
     FORMAT_PROBE_TOKENS,
@@ -63,6 +66,16 @@ class OtherModel(FakeVLLM):
             return self._json({"tokens": ids, "count": len(ids), "max_model_len": 512})
         if request.url.path.endswith("/tokenize") and body.get("prompt") in ("<think>", "</think>"):
             return self._json({"tokens": [7, 8, 9], "count": 3, "max_model_len": 512})
+        return super().__call__(request)
+
+
+class NoTurns(OtherModel):
+    """A model whose vocabulary splits ChatML's turn markers as well as the think tags."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else {}
+        if request.url.path.endswith("/tokenize") and body.get("prompt") in ("<|im_start|>", "<|im_end|>"):
+            return self._json({"tokens": [4, 5, 6], "count": 3, "max_model_len": 512})
         return super().__call__(request)
 
 
@@ -156,6 +169,82 @@ def test_a_head_needs_no_format() -> None:
     fake.head_classes = 3
     classifier(fake, mode="head").invoke("a text")
     assert not fake.calls("/tokenize")
+
+
+# -- the decision model, against a server --------------------------------------------------------
+QUESTIONS = {
+    "topic": Choice(instructions="What is it about?", criteria={"sport": "Games.", "politics": None}),
+    "urgent": Noul(instructions="Is it breaking news?", criteria={"true": "Just happened.", "false": None}),
+}
+STATE = "Cup final tonight"
+
+
+def decisions(fake: FakeVLLM) -> QwenDecisionModel:
+    return QwenDecisionModel(base_url=URL, model="qwen3", http_transport=fake.transport)
+
+
+def test_on_qwen3_the_decision_models_probe_rides_along_its_first_round() -> None:
+    fake = FakeVLLM()
+    decisions(fake).invoke({"state": STATE, "questions": QUESTIONS})
+    first_round = fake.requests[: len(FORMAT_PROBE_TOKENS) + 1]
+    assert sorted(r.body["prompt"] if r.body else r.path for r in first_round) == sorted(
+        ["/v1/models", *FORMAT_PROBE_TOKENS]
+    )
+    assert not any("messages" in (r.body or {}) for r in fake.requests)
+    sent = [p for r in fake.calls("/v1/completions") for p in r.body["prompt"] if STATE in p]
+    assert len(sent) == 2 and all(p.endswith(PROMPT_SUFFIX) for p in sent)
+
+
+def test_a_chatml_models_decisions_are_asked_through_its_own_template() -> None:
+    fake = OtherModel()
+    model = decisions(fake)
+    response = model.invoke({"state": STATE, "questions": QUESTIONS})
+    assert set(response.answers) == set(QUESTIONS)
+    plan = model.prepare(QUESTIONS)
+    assert plan.questions is not None and plan.questions.prompt_format == CHATML
+    system = plan.head.removeprefix("<|im_start|>system\n").removesuffix("<|im_end|>\n")
+    for k in range(len(QUESTIONS)):
+        conversation = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": STATE},
+            {"role": "user", "content": f"Answer question {k + 1}."},
+        ]
+        assert plan.render(STATE, k) == chatml_template(conversation)
+    assert len(fake.rendered) == 1  # the template is asked once, at set-up
+    sent = [p for r in fake.calls("/v1/completions") for p in r.body["prompt"] if STATE in p]
+    assert len(sent) == 2 and not any("think" in p for p in sent)
+
+
+def test_a_decision_model_on_a_model_without_chatml_turns_is_refused_before_it_asks() -> None:
+    fake = NoTurns()
+    with pytest.raises(ConfigurationError, match=r"model 'qwen3' has no ChatML chat template: \['<\|im_start\|>'"):
+        decisions(fake).invoke({"state": STATE, "questions": QUESTIONS})
+    assert not fake.calls("/v1/completions")
+
+
+def test_a_decision_model_on_a_template_of_other_turns_is_refused_saying_where_it_parts() -> None:
+    fake = OtherModel(llama_template)
+    with pytest.raises(ConfigurationError, match=r"chat template of model 'qwen3' writes a system and a user turn"):
+        decisions(fake).prepare(QUESTIONS)
+    assert not fake.calls("/v1/completions")
+
+
+def test_a_decision_model_on_a_server_that_renders_no_template_keeps_the_vocabularys_choice() -> None:
+    plan = decisions(OtherModel(template=None)).prepare(QUESTIONS)
+    assert plan.questions is not None and plan.questions.prompt_format == CHATML
+    assert all("think" not in step.tail for step in plan.steps)
+
+
+def test_a_decider_with_a_local_tokenizer_probes_the_format_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langchain_qwen_fast._core import engine
+
+    monkeypatch.setattr(engine, "load_tokenizer", lambda path: ToyTokenizer())
+    fake = FakeVLLM()
+    decider = Decider(classifier(fake, tokenizer_path="toy").engine)
+    questions = QuestionSet((DecisionQuestion.noul("urgent", "Is it breaking news?"),))
+    (outcome,) = decider.decide([(STATE, questions)])
+    assert not isinstance(outcome, Exception)
+    assert not [r for r in fake.calls("/tokenize") if r.body["prompt"] in FORMAT_PROBE_TOKENS]
 
 
 # -- the chat model's thinking switch -----------------------------------------------------------

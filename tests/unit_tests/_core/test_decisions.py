@@ -20,6 +20,7 @@ from langchain_qwen_fast._core.decisions import (
     parse_usage,
     render_state,
 )
+from langchain_qwen_fast._core.prompting import CHATML, QWEN3
 from langchain_qwen_fast.errors import InvalidInputError
 
 TEAM = DecisionQuestion.choice("team", "Which team?", {"billing": "Payments.", "technical": None})
@@ -195,3 +196,18 @@ def test_cached_tokens_are_none_where_the_server_does_not_report_them_and_errors
     assert ledger.of("x").cached is None and ledger.of("x").prompt == 10
     assert ledger.of("never asked").prompt == 0
     assert parse_usage({"usage": {"prompt_tokens": "many"}}) is None
+
+
+def test_in_plain_chatml_every_prompt_part_is_the_same_but_the_think_block() -> None:
+    qwen3 = QuestionSet((TEAM, URGENT, ANGER))
+    chatml = qwen3.in_format(CHATML)
+    assert qwen3.in_format(QWEN3) is qwen3 and chatml.prompt_format == CHATML and chatml != qwen3
+    assert chatml.render_head() == qwen3.render_head()
+    think = "<think>\n\n</think>\n\n"
+    assert all(ours + think == theirs for ours, theirs in zip(chatml.tails(), qwen3.tails(), strict=True))
+    assert chatml.tails()[2] == "<|im_end|>\n<|im_start|>user\nAnswer question 3.<|im_end|>\n<|im_start|>assistant\n"
+    assert QuestionSet((TEAM,), CHATML).tails() == ("<|im_end|>\n<|im_start|>assistant\n",)
+    one_label = QuestionSet((DecisionQuestion.choice("only", "Pick", {"a": None}),), CHATML)
+    for questions in (chatml, one_label):
+        assert all(questions.label_set(k).prompt_format == CHATML for k in range(len(questions.questions)))
+    assert qwen3.label_set(0).prompt_format == QWEN3
