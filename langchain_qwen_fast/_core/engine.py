@@ -24,7 +24,7 @@ from typing import Any, TypedDict, Unpack
 
 from langchain_qwen_fast._core.chat_formats import fitted_settings_steps
 from langchain_qwen_fast._core.classification import text_of
-from langchain_qwen_fast._core.procedure import Procedure, batch_size_for
+from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE, Procedure, batch_size_for
 from langchain_qwen_fast._core.processes import ClientProcesses, merge, processes_for
 from langchain_qwen_fast._core.prompting import ClassifierPlan
 from langchain_qwen_fast._core.settings import EngineSettings, Node
@@ -220,6 +220,14 @@ class Engine:
             return int(requested or self.settings.max_concurrency or 1)
         per_replica = ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA if self.one_prompt_server else MAX_CONCURRENCY_PER_REPLICA
         return per_replica * self.replica_count
+
+    def rows_in_flight(self) -> int:
+        """Prompts a batch needs for every request in flight to carry a full group (one prompt
+        each where the server takes one prompt a request): below it, requests go out smaller
+        or fewer, and the servers idle between them."""
+        if self.one_prompt_server:
+            return self.max_concurrency()
+        return self.max_concurrency() * MAX_BATCH_SIZE
 
     def ainvoke_gate(self) -> asyncio.Semaphore:
         """The calling event loop's gate for single-input async calls: at most a batch's worth

@@ -99,7 +99,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-format", choices=["csv", "jsonl", "parquet"], help="default: from the name")
     p.add_argument("--output-format", choices=["csv", "jsonl", "parquet"], help="default: from the name")
     p.add_argument("--text-column", help="the text's column or key (default: %(default)s, else title and description)")
-    p.add_argument("--chunk-rows", type=int, help="rows per abatch call and per part (default: %(default)s)")
+    p.add_argument(
+        "--chunk-rows",
+        type=int,
+        help="rows per abatch call and per part (default: enough to keep every request in flight full, "
+        "from the servers and the engine's requests in flight, at least 1024)",
+    )
     p.add_argument("--chunks-in-flight", type=int, help="chunks classified at once (default: %(default)s)")
     p.add_argument("--review-out", help="the review file (.csv or .jsonl)")
     p.add_argument("--review-below", type=float, help="review the rows whose confidence is under this")

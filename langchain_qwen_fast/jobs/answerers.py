@@ -89,6 +89,10 @@ class RowAnswerer(Protocol):
 
     async def aprepare(self) -> None: ...
 
+    def rows_in_flight(self) -> int:
+        """Rows an engine call needs to keep every request in flight full (after the set-up)."""
+        ...
+
     async def aanswer(self, values: Sequence[Any]) -> Sequence[Result]: ...
 
     def columns(self, result: Any) -> dict[str, Any]: ...
@@ -112,6 +116,9 @@ class LabelAnswerer:
 
     async def aprepare(self) -> None:
         await self.classifier.engine.aprepare()
+
+    def rows_in_flight(self) -> int:
+        return self.classifier.engine.rows_in_flight()
 
     async def aanswer(self, values: Sequence[Any]) -> Sequence[Result]:
         return await self.classifier.engine.aclassify(list(values))

@@ -95,6 +95,8 @@ if TYPE_CHECKING:
 #: The fewest rows of a chunk whose failing all alike is a systematic error (a file's last few
 #: rows may fail alike by chance).
 SYSTEMATIC_ROWS = 10
+#: The fewest rows a chunk the job sizes itself holds: a part file and a restart's step.
+MIN_CHUNK_ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -121,8 +123,10 @@ class ClassifyOptions:
     output_format: str | None = None
     #: the text's column or key (else title and description)
     text_column: str = "text"
-    #: rows per chunk: per engine call and per part file
-    chunk_rows: int = 1024
+    #: rows per chunk: per engine call and per part file (None: as many as keep every request
+    #: in flight full, learnt from the engine at its set-up: its servers, requests in flight
+    #: and prompts a request; at least ``MIN_CHUNK_ROWS``)
+    chunk_rows: int | None = None
     #: chunks being classified at once
     chunks_in_flight: int = 3
     #: the review file (CSV or JSONL), with ``review_below`` and/or ``review_sample``
@@ -155,7 +159,7 @@ class ClassifyOptions:
             check_classifier_choice(self.classifier, self.labels, self.multi_label, flags=True)
         else:
             self._check_questions()
-        if self.chunk_rows < 1 or self.chunks_in_flight < 1:
+        if (self.chunk_rows is not None and self.chunk_rows < 1) or self.chunks_in_flight < 1:
             raise ConfigurationError("--chunk-rows and --chunks-in-flight must be at least 1")
         if self.out == STDIN:
             raise ConfigurationError("--out must be a file (its work folder and report go beside it)")
@@ -424,8 +428,13 @@ class _Job:
         pending: deque[tuple[int, list[InputRow], asyncio.Task[list[Result]]]] = deque()
         at = start
         try:
-            while chunk := list(itertools.islice(rows, self.options.chunk_rows)):
-                await self._set_up()
+            first = next(rows, None)
+            if first is None:  # nothing left to classify: no server needed
+                return 0
+            await self._set_up()
+            size = self.options.chunk_rows or max(MIN_CHUNK_ROWS, self.answerer.rows_in_flight())
+            rows = itertools.chain([first], rows)
+            while chunk := list(itertools.islice(rows, size)):
                 pending.append((at, chunk, asyncio.ensure_future(self._classify(chunk))))
                 at += len(chunk)
                 while len(pending) >= self.options.chunks_in_flight:

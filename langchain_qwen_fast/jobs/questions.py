@@ -208,6 +208,11 @@ class QuestionAsker:
         tokens); raises what it ran into."""
         await asyncio.to_thread(self.decider.plan, self.questions)
 
+    def rows_in_flight(self) -> int:
+        """Rows an engine call needs to keep every request in flight full: a row is a prompt
+        for each question."""
+        return max(1, self.decider.engine.rows_in_flight() // len(self.questions.questions))
+
     async def aanswer(self, values: Sequence[Any]) -> list[DecisionOutcome | BaseException]:
         """Each value's answers or its error, in order: a value that is already an error keeps
         it, one that is no state (a number, an empty text) gets its own, without a request."""

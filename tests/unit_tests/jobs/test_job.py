@@ -75,6 +75,19 @@ def test_every_row_once_in_order_with_bad_rows_in_place(fake: FakeVLLM, tmp_path
     assert not work_folder(out).exists()
 
 
+def test_chunks_sized_from_the_engine_keep_every_request_in_flight_full(fake: FakeVLLM, tmp_path: Path) -> None:
+    # Three servers, eight requests in flight each: a chunk of at least 3 * 8 * 128 rows lets
+    # every request carry the most prompts a request the client sends (128); chunks of 1,024
+    # rows would have sent 43 a request.
+    source = write_csv(tmp_path / "in.csv", headlines(7000))
+    urls = ["http://a.test/v1", "http://b.test/v1", "http://c.test/v1"]
+    job = QwenClassifier(labels=list(LABELS), base_url=urls, http_transport=fake.transport)
+    report = classify_table(options(source, tmp_path / "out.csv", chunk_rows=None), job)
+    sizes = [len(r.body["prompt"]) for r in fake.calls("/completions") if len(r.body["prompt"]) > 1]
+    assert report.rows == 7000 and sum(sizes) == 7000
+    assert max(sizes) == 128 and sizes.count(128) >= 7000 // 128 - 3 * 8
+
+
 def test_rows_that_cannot_be_read_are_written_with_their_error(fake: FakeVLLM, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_bytes(b'{"text": "Stocks rally"}\n{oops\n{"body": "x"}\n{"text": "caf\xe9 opens"}\n{"text": 5}\n')
