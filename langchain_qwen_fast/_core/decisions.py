@@ -155,7 +155,9 @@ class QuestionSet:
     (the decision engine fits it to the served model)."""
 
     questions: tuple[DecisionQuestion, ...]
-    prompt_format: PromptFormat = QWEN3
+    #: compared, not hashed: a request's set is hashed to find its plan, and its questions
+    #: alone tell sets apart there
+    prompt_format: PromptFormat = dataclasses.field(default=QWEN3, hash=False)
 
     def __post_init__(self) -> None:
         if not self.questions:
