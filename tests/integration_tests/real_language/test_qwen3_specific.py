@@ -5,6 +5,8 @@ turns, no thinking mode, no ``<think>`` token), served by vLLM.
   conversation, token for token (no Qwen3 think block): checked against the server's
   rendering through ``/tokenize`` with ``messages``, for a plain prompt, a multi-label
   question and few-shot examples; and the classifier reads the headlines through it.
+* ``QwenDecisionModel``'s prompts too: a set of two questions (a tail turn naming each) and a
+  set of one are SmolLM2's own template for the same conversation, with no think block.
 * The compact layout's tokens (``<|im_end|>``, ``<|endoftext|>``) are SmolLM2's too: it runs.
 * ``ChatQwenFast``'s thinking switch: off, SmolLM2 answers through its own template; on, the
   chat model refuses before asking, naming the model and the missing token.
@@ -16,8 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
+from langchain_core.decisions import Choice, Noul
 
-from langchain_qwen_fast import ChatQwenFast, Classification, QwenClassifier
+from langchain_qwen_fast import ChatQwenFast, Classification, QwenClassifier, QwenDecisionModel
+from langchain_qwen_fast._core.decisions import DecisionPlan
 from langchain_qwen_fast._core.prompting import ClassifierPlan
 from langchain_qwen_fast.errors import ConfigurationError
 from tests.integration_tests.conftest import NEWS_LABELS
@@ -107,3 +111,37 @@ def test_the_thinking_switch_off_works_and_on_is_refused(smollm2_url: str) -> No
     thinking = ChatQwenFast(base_url=smollm2_url, model=SMOLLM2_NAME, max_tokens=8, enable_thinking=True)
     with pytest.raises(ConfigurationError, match=r"model 'smollm2' has no thinking mode: '</think>' is not a token"):
         thinking.invoke("Say hello.")
+
+
+@pytest.mark.filterwarnings("ignore::langchain_core._api.beta_decorator.LangChainBetaWarning")
+def test_the_decision_models_prompts_are_smollm2s_own_template(smollm2_url: str) -> None:
+    decisions = QwenDecisionModel(base_url=smollm2_url, model=SMOLLM2_NAME)
+    sport = Noul(instructions="Is this headline about sport?")
+    topic = Choice(instructions="Which section is this headline for?", criteria={"World": None, "Sports": None})
+    text = HEADLINES["Sports"][0]
+
+    def first_steps(plan: DecisionPlan) -> list[int]:
+        """Each question's first step (a question whose labels share first tokens has several)."""
+        starts = [0]
+        for part in plan.parts[:-1]:
+            starts.append(starts[-1] + len(part.steps))
+        return starts
+
+    plan = decisions.prepare({"sport": sport, "topic": topic})
+    assert plan.questions is not None and plan.questions.prompt_format.name == "chatml"
+    for k, step in enumerate(first_steps(plan)):
+        prompt = plan.render(text, step)
+        assert "think" not in prompt
+        conversation = [
+            {"role": "system", "content": system_of(plan)},
+            {"role": "user", "content": text},
+            {"role": "user", "content": f"Answer question {k + 1}."},
+        ]
+        assert server_tokens(smollm2_url, prompt=prompt) == server_tokens(smollm2_url, messages=conversation)
+
+    alone = decisions.prepare({"sport": sport})
+    conversation = [{"role": "system", "content": system_of(alone)}, {"role": "user", "content": text}]
+    assert server_tokens(smollm2_url, prompt=alone.render(text)) == server_tokens(smollm2_url, messages=conversation)
+    yes = decisions.invoke({"state": text, "questions": {"sport": sport}}).nouls["sport"].noul
+    print(f"SmolLM2-135M decision model, 'about sport?' on {text!r}: P(yes) {yes:.3f}")
+    assert 0.0 < yes < 1.0
