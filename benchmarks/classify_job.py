@@ -64,7 +64,7 @@ class JobLoad:
 
     rows: int = 4096
     rounds: int = 3
-    chunk_rows: int = 1024
+    chunk_rows: int | None = None
     chunks_in_flight: int = 3
 
 
@@ -270,7 +270,7 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def memory_run(rows: int, model: str, where: str, chunk_rows: int, in_flight: int) -> MemoryRun:
+def memory_run(rows: int, model: str, where: str, chunk_rows: int | None, in_flight: int) -> MemoryRun:
     """One size of :func:`run_memory`, in this process: generate, classify, measure."""
     from langchain_qwen_fast import QwenClassifier
     from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table

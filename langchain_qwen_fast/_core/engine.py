@@ -90,6 +90,11 @@ class Engine:
         # opened only as requests need them.
         pool = max(settings.max_concurrency or 0, ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA * len(settings.base_urls))
         self._transport = Transport.from_settings(settings, pool_size=pool)
+        # Batches go through aiohttp, which spends a fraction of httpx's CPU a request, the
+        # more so the more requests are in flight (docs/performance.md); httpx keeps a caller's
+        # own http_transport and the single blocking tries.
+        if not self._transport.custom_http_transport:
+            self._transport.use_stack(self._transport.aiohttp_stack())
         tokenizer = load_tokenizer(settings.tokenizer_path) if settings.tokenizer_path is not None else None
         self._procedure = Procedure(settings, tokenizer)
         self._plans: dict[Node, ClassifierPlan] | None = None
@@ -173,10 +178,6 @@ class Engine:
         except Exception as exc:
             self._setup_failure = (time.monotonic() + SETUP_RETRY_COOLDOWN, exc)
             raise
-        # Where the server takes one prompt a request, many small requests go in flight, and
-        # aiohttp sends those at a fraction of httpx's CPU a request.
-        if not plans[()].takes_prompt_lists and not self._transport.custom_http_transport:
-            self._transport.use_stack(self._transport.aiohttp_stack())
         self._plans = plans
         return plans
 

@@ -2,11 +2,11 @@
 
 A :class:`Transport` keeps what every request shares (the retry policy, the replica choice,
 the error types); an HTTP stack (:mod:`~langchain_qwen_fast._core.http_stacks`) only sends.
-Requests go through httpx until the set-up finds a server that takes one prompt a request,
-where many small requests are in flight: the engine then hands the transport an aiohttp stack
-(:meth:`Transport.aiohttp_stack`), whose client spends far less CPU a request at that load
-(docs/performance.md). The drivers at the bottom (:func:`drive`, :func:`adrive`) run a
-sans-I/O procedure's calls through a transport.
+Requests go through httpx until told otherwise: the classifier's engine hands its transport
+an aiohttp stack (:meth:`Transport.aiohttp_stack`), whose client spends far less CPU a request
+(docs/performance.md), unless its caller gave an ``http_transport`` of httpx's. The drivers
+at the bottom (:func:`drive`, :func:`adrive`) run a sans-I/O procedure's calls through a
+transport.
 
 Knows nothing of LangChain or of prompts. Every failure leaves as a typed
 :class:`~langchain_qwen_fast.errors.TransportError` (or :class:`ResponseFormatError`) that
