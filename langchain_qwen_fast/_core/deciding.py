@@ -48,6 +48,11 @@ DecisionRequest = tuple[str, QuestionSet]
 _PROBE = QuestionSet((DecisionQuestion.noul("probe", "Is this a probe?"),))
 
 
+#: The context taken for a model whose ``/v1/models`` entry gives none: room for any prompt the
+#: client would send, the server's own limit the only check.
+_UNKNOWN_CONTEXT = 1 << 20
+
+
 @dataclass(frozen=True)
 class _Server:
     """What the set-up learnt of the server."""
@@ -163,7 +168,9 @@ class Decider:
         if model not in served:
             where = ", ".join(self._engine.settings.base_urls) or "the server"
             raise ConfigurationError(f"model {model!r} is not served at {where}; it serves {sorted(served)}")
-        return _Server(served[model], vllm_api.model_identity(reply, model))
+        # An unknown context (0) is checked by the server alone, as the classifier's is.
+        context = vllm_api.served_context(reply, model) or _UNKNOWN_CONTEXT
+        return _Server(context, vllm_api.model_identity(reply, model))
 
     def _plan_steps(self, questions: QuestionSet) -> Steps[DecisionPlan]:
         server = yield from self._server_steps()

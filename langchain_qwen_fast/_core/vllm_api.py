@@ -38,6 +38,18 @@ def parse_models(reply: Any) -> dict[str, int]:
         raise ResponseFormatError(f"/v1/models reply lacks its model list: {exc!r}") from None
 
 
+def served_context(reply: Any, model: str) -> int:
+    """The context length of ``model`` in a ``/v1/models`` reply: its own, else its parent's (a
+    LoRA adapter's entry carries none), else 0 (unknown)."""
+    served = parse_models(reply)
+    if served.get(model):
+        return served[model]
+    for entry in reply.get("data", []) if isinstance(reply, dict) else []:
+        if isinstance(entry, dict) and entry.get("id") == model and entry.get("parent") in served:
+            return served[str(entry["parent"])]
+    return 0
+
+
 def model_identity(reply: Any, model: str) -> str:
     """What the server says of the weights it serves as ``model`` (its path, parent, context
     length and owner: everything in its ``/v1/models`` entry but the time of the reply), as

@@ -268,3 +268,12 @@ def test_a_classifier_answers_its_own_labels_as_a_choice(fake: FakeVLLM) -> None
 def test_only_flat_single_label_classifiers_become_decision_models() -> None:
     with pytest.raises(ConfigurationError, match="multi-label or hierarchical"):
         QwenClassifier(labels=["a", "b"], multi_label=True, base_url=URL).as_decision_model()
+
+
+def test_a_model_whose_entry_gives_no_context_is_answered_as_the_classifier_answers_it(fake: FakeVLLM) -> None:
+    # vLLM lists a LoRA adapter with no max_model_len of its own: the context is unknown, and
+    # the server's own limit is the only check (it used to be read as a context of 0 tokens).
+    fake.models["adapter"] = 0
+    model = QwenDecisionModel(base_url=URL, model="adapter", http_transport=fake.transport)
+    response = model.invoke({"state": STATES[0], "questions": QUESTIONS})
+    assert set(response.answers) == set(QUESTIONS)

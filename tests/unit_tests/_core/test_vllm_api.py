@@ -207,3 +207,16 @@ def test_token_id() -> None:
     assert api.token_id("token_id:151644") == 151644
     with pytest.raises(ValueError):
         api.token_id("World")
+
+
+def test_a_served_context_is_the_model_s_own_else_its_parent_s_else_unknown() -> None:
+    reply = {
+        "data": [
+            {"id": "qwen3", "max_model_len": 4096},
+            {"id": "news", "max_model_len": None, "parent": "qwen3"},
+            {"id": "orphan", "parent": "elsewhere"},
+        ]
+    }
+    assert api.served_context(reply, "qwen3") == 4096
+    assert api.served_context(reply, "news") == 4096
+    assert api.served_context(reply, "orphan") == 0
