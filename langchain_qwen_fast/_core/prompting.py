@@ -316,9 +316,9 @@ def fit_format(label_set: LabelSet, token_counts: Mapping[str, int], whose: str)
     if lacking:
         raise ConfigurationError(
             f"{whose} has no ChatML chat template: {lacking} {'is' if len(lacking) == 1 else 'are'} "
-            "not a single token of its vocabulary. The classifier writes its chat prompts in ChatML (Qwen3's, "
-            "or without the think block for ChatML models such as Qwen2.5 and SmolLM2); serve a ChatML chat "
-            "model, or a classification head (mode='head'), which reads the bare text"
+            "not a single token of its vocabulary. Classifiers and decision models write their chat prompts in "
+            "ChatML (Qwen3's, or without the think block for ChatML models such as Qwen2.5 and SmolLM2); serve a "
+            "ChatML chat model, or for a classifier a classification head (mode='head'), which reads the bare text"
         )
     fitted = QWEN3 if not _lacking(THINK_TOKENS, token_counts) else CHATML
     return label_set if fitted == label_set.prompt_format else dataclasses.replace(label_set, prompt_format=fitted)
