@@ -27,6 +27,7 @@ from typing import Any
 from langchain_qwen_fast._core.prompting import (
     ClassifierPlan,
     LabelSet,
+    fit_format_to_tokenizer,
     local_plan,
     neutralize_control_tokens,
     yes_no_steps,
@@ -390,12 +391,14 @@ class SFTTask(Task):
 def local_yes_no_plan(label_set: LabelSet, tokenizer: Any, max_model_len: int = 4096) -> ClassifierPlan:
     """The classifier's multi-label plan made with a local ``tokenizers.Tokenizer`` (as
     :func:`~langchain_qwen_fast._core.prompting.local_plan` makes a single-label one): the
-    multi-label prompt (a compact head padded to whole cache blocks), then one step per label,
-    its question as the tail, ``yes`` and ``no`` as the answer tokens, as the classifier learns
-    them from a server of that tokenizer.
-    :class:`ConfigurationError` when ``yes`` or ``no`` is not a token of its own."""
+    multi-label prompt in the format the tokenizer's vocabulary takes (Qwen3's or plain ChatML;
+    a compact head padded to whole cache blocks), then one step per label, its question as the
+    tail, ``yes`` and ``no`` as the answer tokens, as the classifier learns them from a server
+    of that tokenizer. :class:`ConfigurationError` when ``yes`` or ``no`` is not a token of its
+    own, or the vocabulary has no ChatML turns (or, compact, the compact layout's tokens)."""
     if not label_set.multi_label:
         raise ConfigurationError("a yes/no plan is multi-label")
+    label_set = fit_format_to_tokenizer(label_set, tokenizer)  # the served format, as local_plan fits it
     yes, no, head = (
         e.ids for e in tokenizer.encode_batch(["yes", "no", label_set.unpadded_head()], add_special_tokens=False)
     )
