@@ -2,15 +2,15 @@
 pretrained model, on natural headlines written by hand
 (:data:`~langchain_qwen_fast.testing.samples.NATURAL_NEWS`).
 
-What a model of 135 M parameters gives zero-shot through ``QwenDecisionModel`` is weak, and the
-tests say how weak: a ``Choice`` among the four topics whose probabilities move the right way
-(each topic's mean probability higher on its own headlines than on the others'), a ``Noul``
-that ranks sport headlines above the rest (an AUC, where the probability of yes itself stays
-high for every headline; the same question about the other topics ranks below chance), and a
-``Score`` of a review's sentiment that moves the right way (higher on good reviews than on bad
-ones, by little). A ``Choice`` that is right
-most of the time comes from a classifier trained on generated headlines
-(:meth:`~langchain_qwen_fast.QwenClassifier.as_decision_model`).
+What a model of 135 M parameters gives zero-shot through ``QwenDecisionModel`` (prompts in its
+own chat template) is weak, and the tests say how weak: a ``Noul`` that ranks sport headlines
+above the rest better than chance, but not by much (an AUC); a ``Choice`` among the four topics
+whose probabilities move the right way (each topic's mean probability higher on its own
+headlines than on the others') and whose probability of Sports ranks sport headlines clearly
+above the rest (an AUC), though its choice itself is often wrong; and a ``Score`` of a review's
+sentiment that moves the right way (higher on good reviews than on bad ones, by little). A
+``Choice`` that is right most of the time comes from a classifier trained on generated
+headlines (:meth:`~langchain_qwen_fast.QwenClassifier.as_decision_model`).
 """
 
 from __future__ import annotations
@@ -63,8 +63,12 @@ REVIEWS: tuple[tuple[str, int], ...] = (
     ("I love it. Perfect in every way, highly recommended!", 5),
     ("Brilliant book, I could not put it down. A masterpiece.", 5),
 )
-#: The least AUC of the sport question's probability of yes over the natural headlines.
-MIN_NOUL_AUC = 0.75
+#: The least AUC of the sport question's probability of yes over the natural headlines: better
+#: than chance (0.5) by a margin that 56 headlines can show, no more (a yes/no question is what
+#: a small model answers worst zero-shot).
+MIN_NOUL_AUC = 0.58
+#: The least AUC of the topic Choice's probability of Sports over the natural headlines.
+MIN_CHOICE_SPORT_AUC = 0.85
 #: The least accuracy of the trained classifier's Choice on the natural headlines.
 MIN_TRAINED_CHOICE_ACCURACY = 0.85
 
@@ -96,6 +100,8 @@ def answers(smollm2_url: str) -> dict[str, list[Any]]:
 
 
 def test_a_noul_ranks_sport_headlines_above_the_others(answers: dict[str, list[Any]]) -> None:
+    """The probability of yes to "about sport?" is higher on sport headlines than on the others
+    more often than chance would have it."""
     yes = [a.nouls["sport"].noul for a in answers["sport"]]
     auc = _auc(yes, [label == "Sports" for _, label in NATURAL_NEWS])
     print(f"Noul 'sport?': AUC {auc:.3f}, mean P(yes) {fmean(yes):.3f}")
@@ -109,6 +115,16 @@ def test_a_choice_s_probabilities_move_the_right_way(answers: dict[str, list[Any
         others = fmean(p[label] for p, y in rows if y != label)
         print(f"Choice {label:<9} own {own:.3f} others {others:.3f}")
         assert own > others, label
+
+
+def test_a_choice_s_probability_of_sports_ranks_sport_headlines_first(answers: dict[str, list[Any]]) -> None:
+    """The topic Choice's probability of Sports separates sport headlines from the rest well, even
+    where its choice is another topic."""
+    chosen = [a.choices["topic"] for a in answers["topic"]]
+    right = sum(c.choice == label for c, (_, label) in zip(chosen, NATURAL_NEWS))
+    auc = _auc([c.probabilities["Sports"] for c in chosen], [label == "Sports" for _, label in NATURAL_NEWS])
+    print(f"Choice: {right} of {len(NATURAL_NEWS)} right; P(Sports) AUC {auc:.3f}")
+    assert auc >= MIN_CHOICE_SPORT_AUC
 
 
 def test_a_score_moves_the_right_way(answers: dict[str, list[Any]]) -> None:
