@@ -368,7 +368,8 @@ def test_connection_refused_is_a_clear_error() -> None:
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     classifier = QwenClassifier(labels=NEWS_LABELS, base_url=url, max_retries=1)
-    with pytest.raises(ServerConnectionError, match=rf"could not connect to {re.escape(url)}/models: ConnectError"):
+    refused = rf"could not connect to {re.escape(url)}/models: (ConnectError|ClientConnectorError)"
+    with pytest.raises(ServerConnectionError, match=refused):
         classifier.invoke("anything")
     results = classifier.batch(["a", "b"], return_exceptions=True)
     assert all(isinstance(r, ServerConnectionError) for r in results)
@@ -418,7 +419,8 @@ def test_one_pooled_client_each_for_sync_and_async(proxy: FaultProxy, news_texts
             await classifier.ainvoke(text)
 
     asyncio.run(run())
-    assert proxy.connections == opened + 1  # the async client's one connection
+    # aiohttp's pool (the async calls' stack) was opened by the set-up: at most one more
+    assert opened <= proxy.connections <= opened + 1
 
 
 def test_api_key_is_secret_and_sent(proxy: FaultProxy) -> None:

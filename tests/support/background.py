@@ -82,7 +82,7 @@ class BackgroundJobs:
         #: Seconds a job waits at most for memory or for its server (then it runs anyway).
         self.memory_wait = memory_wait
         self._queue: list[Job] = []
-        self._queued: set[str] = set()
+        self._queued: dict[str, Sequence[str]] = {}  # name -> the command of the job queued under it
         self._codes: dict[str, int] = {}  # exit codes of the jobs that ended
         self._running: subprocess.Popen[bytes] | None = None
         self._stopped = False
@@ -97,8 +97,12 @@ class BackgroundJobs:
         with self._wake:
             for earlier in job.after:
                 self.queue(earlier)
-            if job.name not in self._queued:
-                self._queued.add(job.name)
+            known = self._queued.get(job.name)
+            # A name is one job for the whole run: another job under it would be answered with
+            # the first one's result.
+            assert known in (None, job.argv), f"two background jobs are named {job.name!r}"
+            if known is None:
+                self._queued[job.name] = job.argv
                 self._queue.append(job)
                 self._wake.notify_all()
             if self._thread is None:

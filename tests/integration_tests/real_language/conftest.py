@@ -64,7 +64,9 @@ def train_argv(data: Path, out: Path, flags: list[str]) -> list[str]:
 def _train_job(name: str, data: Path, flags: str, build: Job) -> Job:
     """``qwen-fast train`` of SmolLM2 on ``data`` into ``work_dir()/name`` with ``flags`` (split at
     spaces), after the model's build, as a background job."""
-    return Job(f"train-{name}", train_argv(data, work_dir() / name, flags.split()), (build,))
+    # Job names are one namespace for the whole run: the tiny model's training tests have a
+    # "train-head" of their own.
+    return Job(f"train-smollm2-{name}", train_argv(data, work_dir() / name, flags.split()), (build,))
 
 
 @functools.cache

@@ -157,7 +157,11 @@ def test_api_key_required_sent_and_never_shown(
     with FaultProxy(server.base_url.removesuffix("/v1")) as proxy:
         with pytest.raises(ServerStatusError) as refused:
             make(proxy.base_url, api_key=None).invoke("Rates rise")
-        assert refused.value.status_code == 401 and len(proxy.requests) == 1  # 4xx: not retried
+        # 4xx: not retried. The set-up's first round is the model list and the chat format's
+        # vocabulary probe, side by side: each sent once, and nothing after it.
+        sent = [(r.path, repr(r.body)) for r in proxy.requests]
+        assert refused.value.status_code == 401 and len(sent) == len(set(sent))
+        assert [path for path, _ in sent].count("/v1/models") == 1
 
         seen: list[str] = []
 

@@ -97,9 +97,9 @@ async def test_single_label_matches_the_served_model(
     # of results would show.
     assert len({tuple(sorted(result.scores.items())) for result in theirs if result.scores}) == len(texts)
     # Everything, the set-up's probing included, went to the engine in this process: the host is
-    # one no resolver knows, and the first request was the set-up's model list.
+    # one no resolver knows, and the set-up's model list was among the requests.
     assert {host for host, _ in recording.seen} == {httpx.URL(IN_PROCESS_BASE_URL).host}
-    assert recording.seen[0][1] == "/v1/models"
+    assert "/v1/models" in [path for _, path in recording.seen]
     assert len(recording.seen) > 1
 
 
