@@ -82,9 +82,9 @@ RETRY_BACKOFF_MAX = 4.0
 #: the moment it arrives, so that a large reply's JSON never outlives its request (many
 #: replies held at once until the last one arrives cost the cyclic garbage collector a pass
 #: over each of their objects); what it returns, or raises, is the call's result.
-Call = tuple[str, str, Any] | tuple[str, str, Any, Callable[[Any], Any]]
 #: A call without a reader.
 Request = tuple[str, str, Any]
+Call = Request | tuple[str, str, Any, Callable[[Any], Any]]
 
 
 def _content(body: Any) -> bytes | None:
