@@ -38,6 +38,7 @@ import orjson
 from benchmarks._options import leaf_defaults, options_from
 from langchain_qwen_fast.bench.measure import LABELS, FreshTexts
 from langchain_qwen_fast.errors import ConfigurationError, MeasurementError, QwenFastError
+from langchain_qwen_fast.jobs.ray_data import VLLMInActor
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class RayLoad:
     batch_rows: int = 1024
     batches_in_flight: int = 4
     ray: str = "local"
+    #: with --vllm-model: first time ``abatch`` over one engine of the actors' flags inside
+    #: this process (no Ray), the ceiling an in-actor engine is set beside
+    in_process_ceiling: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,17 @@ class RayBenchOptions:
 
 @dataclass
 class RayRound:
-    """One round: rows/s on Ray, without Ray (HTTP only), and the memory seen."""
+    """One round: rows/s on Ray (the whole job, and its steady rate once every actor had
+    answered), without Ray (HTTP only), the Ray job's fixed costs, and the memory seen."""
 
     ray: float
     job: float | None
     driver_peak_rss_mib: float
     actor_peak_rss_mib: float
+    ray_steady: float | None = None
+    start_seconds: float = 0.0
+    first_answers_seconds: float | None = None
+    report_seconds: float = 0.0
 
 
 @dataclass
@@ -98,6 +107,15 @@ class RayReport:
     ray_over_job: float | None
     driver_peak_rss_mib: float
     actor_peak_rss_mib: float
+    #: the median of the Ray job's steady rates (rows/s once every actor had answered)
+    ray_steady_rows_per_s: float | None = None
+    #: that over the job without Ray
+    steady_over_job: float | None = None
+    #: with --in-process-ceiling: ``QwenClassifier.abatch`` over one engine of the actors'
+    #: flags in this process, rows/s (the median of its rounds)
+    in_process_rows_per_s: float | None = None
+    #: the in-actor engines' steady rate per engine over that
+    steady_per_engine_over_in_process: float | None = None
 
 
 def served_alike(way: RayWay) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -112,6 +130,41 @@ def served_alike(way: RayWay) -> tuple[tuple[str, ...], dict[str, str]]:
     command = server.command()
     flags = drop_flags(command[command.index("serve") + 2 :], ["--host", "--port", "--served-model-name"])
     return (*flags, *way.vllm_args), {**server.profile.env, **server.command_env}
+
+
+def in_process_ceiling(engine: VLLMInActor, fresh: FreshTexts, rows: int, rounds: int = 2) -> float:
+    """``QwenClassifier.abatch`` of ``rows`` fresh texts over one vLLM engine of the in-actor
+    engines' flags inside this process (no Ray, no HTTP server), the median rows/s of
+    ``rounds`` after a warm-up; the engine is shut down before the Ray rounds."""
+    import asyncio
+    import os
+
+    from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.serving.in_process import InProcessVLLM
+
+    os.environ.update(engine.env_vars)
+
+    async def measure() -> list[float]:
+        rates = []
+        async with InProcessVLLM(engine.args()) as started:
+            classifier = QwenClassifier(
+                labels=LABELS,
+                base_url=started.base_url,
+                model=engine.served_model_name,
+                http_transport=started.transport,
+            )
+            await classifier.abatch(fresh(256))
+            for _ in range(rounds):
+                texts = fresh(rows)
+                t0 = time.perf_counter()
+                await classifier.abatch(texts)
+                rates.append(rows / (time.perf_counter() - t0))
+            await classifier.aclose()
+        return rates
+
+    rates = asyncio.run(measure())
+    print(f"one engine in this process: {', '.join(f'{r:.1f}' for r in rates)} rows/s", flush=True)
+    return statistics.median(rates)
 
 
 def run(options: RayBenchOptions) -> RayReport:
@@ -142,6 +195,12 @@ def run(options: RayBenchOptions) -> RayReport:
         vllm_env=engine_env,
     )
     fresh = FreshTexts()
+    ceiling = None
+    if load.in_process_ceiling:
+        if way.vllm_model is None:
+            raise ConfigurationError("--in-process-ceiling is for --vllm-model (the in-actor engines' ceiling)")
+        engine = VLLMInActor(way.vllm_model, way.model, engine_args, on_ray.gpus_per_actor, dict(engine_env))
+        ceiling = in_process_ceiling(engine, fresh, load.rows)
     work = Path(tempfile.mkdtemp(prefix="bench-ray-"))
     quiet: dict[str, Any] = {"labels": tuple(LABELS), "model": way.model, "progress": False, "histogram": False}
     rounds: list[RayRound] = []
@@ -175,17 +234,32 @@ def run(options: RayBenchOptions) -> RayReport:
                 if done.errors or done.rows != load.rows:
                     raise MeasurementError(f"on Ray: {done.errors} errors, {done.rows} of {load.rows} rows")
                 driver, actor = done.driver_peak_rss_mib, done.actor_peak_rss_mib
-            rounds.append(RayRound(round(ray_rate, 1), job_rate and round(job_rate, 1), driver, actor))
+                phases = done
+            rounds.append(
+                RayRound(
+                    round(ray_rate, 1),
+                    job_rate and round(job_rate, 1),
+                    driver,
+                    actor,
+                    phases.steady_rows_per_s,
+                    phases.start_seconds,
+                    phases.first_answers_seconds,
+                    phases.report_seconds,
+                )
+            )
             shown = f"round {number + 1}: ray {ray_rate:.1f} rows/s"
             if job_rate:
                 shown += f", job without Ray {job_rate:.1f} rows/s, ray/job {ray_rate / job_rate:.3f}"
-            print(f"{shown}; driver {driver:.0f} MiB, busiest actor {actor:.0f} MiB", flush=True)
+            print(f"{shown}; {phases.phases()}; driver {driver:.0f} MiB, busiest actor {actor:.0f} MiB", flush=True)
     finally:
         if own:
             ray.shutdown()
     timed = rounds[1:]
     ray_median = statistics.median(r.ray for r in timed)
     job_median = statistics.median(r.job for r in timed if r.job) if way.base_url is not None else None
+    steady = [r.ray_steady for r in timed if r.ray_steady is not None]
+    steady_median = statistics.median(steady) if steady else None
+    per_engine = steady_median / load.actors if steady_median is not None and way.vllm_model is not None else None
     result = RayReport(
         options=options,
         rounds=rounds,
@@ -194,10 +268,20 @@ def run(options: RayBenchOptions) -> RayReport:
         ray_over_job=round(ray_median / job_median, 4) if job_median else None,
         driver_peak_rss_mib=max(r.driver_peak_rss_mib for r in rounds),
         actor_peak_rss_mib=max(r.actor_peak_rss_mib for r in rounds),
+        ray_steady_rows_per_s=steady_median and round(steady_median, 1),
+        steady_over_job=round(steady_median / job_median, 4) if steady_median and job_median else None,
+        in_process_rows_per_s=ceiling and round(ceiling, 1),
+        steady_per_engine_over_in_process=round(per_engine / ceiling, 4) if per_engine and ceiling else None,
     )
-    summary = f"median of rounds 2-{load.rounds}: ray {result.ray_rows_per_s} rows/s"
+    summary = f"median of rounds 2-{load.rounds}: ray {result.ray_rows_per_s} rows/s, steady {steady_median} rows/s"
     if result.ray_over_job is not None:
         summary += f", job without Ray {result.job_rows_per_s} rows/s, ray/job {result.ray_over_job:.3f}"
+        summary += f", steady/job {result.steady_over_job}"
+    if result.in_process_rows_per_s is not None:
+        summary += (
+            f", one engine in this process {result.in_process_rows_per_s} rows/s, steady per engine / that "
+            f"{result.steady_per_engine_over_in_process}"
+        )
     print(summary, flush=True)
     options.out.mkdir(parents=True, exist_ok=True)
     raw = orjson.dumps(dataclasses.asdict(result), default=str, option=orjson.OPT_INDENT_2)
@@ -231,6 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-rows", type=int, help="rows an actor call (default: %(default)s)")
     parser.add_argument("--batches-in-flight", type=int, help="actor calls at once (default: %(default)s)")
     parser.add_argument("--ray", help="local (a Ray started for the run), auto or ray://HOST:10001")
+    parser.add_argument(
+        "--in-process-ceiling",
+        action="store_true",
+        help="with --vllm-model: first abatch over one engine of the same flags in this process",
+    )
     parser.add_argument("--out", type=Path, help="folder for results.json (default: %(default)s)")
     parser.set_defaults(**{**leaf_defaults(RayBenchOptions), "vllm_args": None})
     return parser

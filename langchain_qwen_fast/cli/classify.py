@@ -176,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
         from langchain_qwen_fast.jobs.ray_job import classify_dataset
 
         try:
-            print(render(classify_dataset(options, on_ray)), flush=True)
+            done = classify_dataset(options, on_ray)
+            print(f"{render(done)}\n{done.phases()}", flush=True)
         except JobStopped as exc:
             print(f"qwen-fast classify: {exc}", file=sys.stderr, flush=True)
             return exc.exit_code

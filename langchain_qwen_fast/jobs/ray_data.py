@@ -36,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -394,9 +396,14 @@ class ClassifyActor:
             # Progress only: a counter that does not answer in time neither holds up nor fails
             # the batch.
             with contextlib.suppress(Exception):
-                told = self.stage.counter.add.remote(len(results), errors, peak_rss_mib())
+                told = self.stage.counter.add.remote(len(results), errors, peak_rss_mib(), actor_name())
                 await asyncio.wait_for(told, timeout=COUNTER_SECONDS)
         return self.columns.assemble(table, results)
+
+
+def actor_name() -> str:
+    """Which actor this process is, for the counter (an actor is a process of its own)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def peak_rss_mib() -> float:

@@ -270,22 +270,55 @@ def open_output(output: Location, record: dict[str, Any], *, fresh: bool) -> Non
 # -- progress --------------------------------------------------------------------------------
 class BatchCounter:
     """A Ray actor the classifier actors tell of each batch they finish (its rows and errors,
-    and the actor's peak resident memory): the driver's progress line and the report's memory
-    figure. A batch tried again is counted again, so the figures are the work done, the
-    report's counts the rows written."""
+    the actor's peak resident memory, and which actor it is): the driver's progress line, the
+    report's memory figure and the job's pace (:class:`Pace`). A batch tried again is counted
+    again, so the figures are the work done, the report's counts the rows written.
+
+    Times are the counter's own clock, read as each batch's figures arrive."""
 
     def __init__(self) -> None:
         self.rows = 0
         self.errors = 0
         self.peak_rss_mib = 0.0
+        self.started = time.monotonic()
+        #: each actor's first batch: when it arrived and the rows counted with it
+        self.first: dict[str, tuple[float, int]] = {}
+        self.last = self.started
 
-    def add(self, rows: int, errors: int, peak_rss_mib: float = 0.0) -> None:
+    def add(self, rows: int, errors: int, peak_rss_mib: float = 0.0, actor: str = "") -> None:
+        now = time.monotonic()
+        self.first.setdefault(actor, (now, self.rows + rows))
         self.rows += rows
         self.errors += errors
         self.peak_rss_mib = max(self.peak_rss_mib, peak_rss_mib)
+        self.last = now
 
     def totals(self) -> tuple[int, int, float]:
         return self.rows, self.errors, self.peak_rss_mib
+
+    def pace(self) -> Pace:
+        """The pace so far (see :class:`Pace`)."""
+        if not self.first:
+            return Pace(0, None, None)
+        warm, counted = max(self.first.values())
+        steady = None
+        if self.last > warm:
+            steady = round((self.rows - counted) / (self.last - warm), 1)
+        return Pace(len(self.first), round(warm - self.started, 3), steady)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast a Ray job's actors worked, apart from what it costs once."""
+
+    #: the actors that classified
+    actors: int
+    #: seconds from the pipeline's start until every actor had finished its first batch: the
+    #: actors' start, their engines' set-up (an in-actor engine's load) and the first reads
+    first_answers_seconds: float | None
+    #: rows/s of the batches finished after that, until the last one (None: no batch
+    #: finished after that)
+    steady_rows_per_s: float | None
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -349,6 +382,25 @@ class RayJobReport(JobReport):
 
     driver_peak_rss_mib: float = 0.0
     actor_peak_rss_mib: float = 0.0
+    #: seconds before the pipeline started (Ray's start or join, the output folder's checks)
+    start_seconds: float = 0.0
+    #: seconds from the pipeline's start until every actor had answered its first batch
+    first_answers_seconds: float | None = None
+    #: rows/s once every actor had answered its first batch (the rate a longer job keeps)
+    steady_rows_per_s: float | None = None
+    #: seconds of the pipeline: reading, classifying and writing
+    pipeline_seconds: float = 0.0
+    #: seconds of the report's pass over the written rows
+    report_seconds: float = 0.0
+
+    def phases(self) -> str:
+        """One line: the steady rate and what the job cost once, apart from it."""
+        steady = "unknown" if self.steady_rows_per_s is None else f"{self.steady_rows_per_s:.1f} rows/s"
+        first = "-" if self.first_answers_seconds is None else f"{self.first_answers_seconds:.1f} s"
+        return (
+            f"steady rate {steady} once every actor had answered; start {self.start_seconds:.1f} s, "
+            f"first answers {first}, pipeline {self.pipeline_seconds:.1f} s, report {self.report_seconds:.1f} s"
+        )
 
 
 def check_options(options: ClassifyOptions, ray_options: RayOptions) -> tuple[Format, Format]:
@@ -408,10 +460,22 @@ def classify_dataset(options: ClassifyOptions, ray_options: RayOptions | None = 
     try:
         open_output(output, record, fresh=options.fresh)
         with _checkpointing(output, ray_options.id_column or ROW_ID_COLUMN):
-            classified, actor_peak = _run(options, ray_options, stage, kinds, base, files, output)
-        seconds = time.perf_counter() - started
-        report = _report(options, stage, kinds[1], output, ray_options.id_column or ROW_ID_COLUMN, classified, seconds)
-        return dataclasses.replace(report, driver_peak_rss_mib=round(peak_rss_mib(), 1), actor_peak_rss_mib=actor_peak)
+            piped = time.perf_counter()
+            classified, actor_peak, pace = _run(options, ray_options, stage, kinds, base, files, output)
+        counted = time.perf_counter()
+        report = _report(
+            options, stage, kinds[1], output, ray_options.id_column or ROW_ID_COLUMN, classified, counted - started
+        )
+        return dataclasses.replace(
+            report,
+            driver_peak_rss_mib=round(peak_rss_mib(), 1),
+            actor_peak_rss_mib=actor_peak,
+            start_seconds=round(piped - started, 3),
+            first_answers_seconds=pace.first_answers_seconds,
+            steady_rows_per_s=pace.steady_rows_per_s,
+            pipeline_seconds=round(counted - piped, 3),
+            report_seconds=round(time.perf_counter() - counted, 3),
+        )
     finally:
         if own:
             ray.shutdown()
@@ -445,8 +509,9 @@ def _run(
     base: Location,
     files: list[Any],
     output: Location,
-) -> tuple[int, float]:
-    """Read, classify and write; the rows classified in this run and the actors' peak memory."""
+) -> tuple[int, float, Pace]:
+    """Read, classify and write; the rows classified in this run, the actors' peak memory and
+    their pace."""
     import ray
     from ray.exceptions import RayError
 
@@ -475,7 +540,8 @@ def _run(
         done.set()
         progress.join(timeout=5)
     rows, _, actor_peak = ray.get(counter.totals.remote(), timeout=60)
-    return int(rows), float(actor_peak)
+    pace = ray.get(counter.pace.remote(), timeout=60)
+    return int(rows), float(actor_peak), pace
 
 
 def _given(base: Location, path: str) -> str:

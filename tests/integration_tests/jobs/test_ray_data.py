@@ -143,6 +143,9 @@ def test_a_job_writes_from_the_workers_a_dataset_that_pyarrow_and_pandas_open(
     assert_labels_of_batch(out, given, server_url)
     assert (report.rows, report.errors, report.error_kinds) == (130, 2, {"InvalidInputError": 2})
     assert sum(report.label_counts.values()) == 128
+    assert report.first_answers_seconds is not None and 0 < report.first_answers_seconds < report.pipeline_seconds
+    assert report.start_seconds >= 0 and report.report_seconds > 0  # this module's Ray is started already
+    assert report.steady_rows_per_s is not None and report.steady_rows_per_s > 0  # nine batches of 16 rows
     assert json.loads((out_dir / REPORT_FILE).read_text())["rows"] == 130
     assert (out_dir / JOB_FILE).is_file() and (out_dir / CHECKPOINT_FOLDER).is_dir()
     assert report.review is not None and report.review["sampled"] == 8
@@ -308,8 +311,16 @@ def test_the_ray_benchmark_times_the_job_on_ray_beside_the_job_without_it(
     assert result.job_rows_per_s is not None and result.ray_rows_per_s > 0 and result.job_rows_per_s > 0
     assert result.ray_over_job == pytest.approx(result.ray_rows_per_s / result.job_rows_per_s, rel=1e-2)
     assert result.driver_peak_rss_mib > 0 and result.actor_peak_rss_mib > 0
+    # The steady rate apart from the fixed costs: four batches of one actor, three after its first.
+    for timed in result.rounds:
+        assert timed.ray_steady is not None and timed.ray_steady > 0
+        assert timed.first_answers_seconds is not None and timed.first_answers_seconds > 0
+        assert timed.start_seconds >= 0 and timed.report_seconds > 0
+    assert result.ray_steady_rows_per_s is not None and result.steady_over_job is not None
+    assert result.steady_over_job == pytest.approx(result.ray_steady_rows_per_s / result.job_rows_per_s, rel=1e-2)
     written = json.loads((tmp_path / "results.json").read_text())
-    figures = ("ray_rows_per_s", "job_rows_per_s", "ray_over_job", "driver_peak_rss_mib", "actor_peak_rss_mib")
+    figures = ("ray_rows_per_s", "job_rows_per_s", "ray_over_job", "driver_peak_rss_mib", "actor_peak_rss_mib",
+               "ray_steady_rows_per_s", "steady_over_job")  # fmt: skip
     assert {k: written[k] for k in figures} == {k: getattr(result, k) for k in figures}
 
 

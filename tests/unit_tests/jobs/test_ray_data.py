@@ -343,3 +343,25 @@ def test_a_questions_stage_refuses_a_classifier_and_a_bad_question_by_name(tmp_p
                     review_sample=2),
             RayOptions(),
         )  # fmt: skip
+
+
+def test_the_counter_gives_the_steady_rate_from_when_every_actor_had_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pace: the time until the last actor's first batch, then the rows of the batches
+    finished after it over the time to the last one; the rows finished until that moment are
+    not in the rate."""
+    import langchain_qwen_fast.jobs.ray_job as ray_job
+    from langchain_qwen_fast.jobs.ray_job import BatchCounter, Pace
+
+    clock = iter([100.0, 101.0, 103.0, 104.0, 105.0, 107.0])
+    monkeypatch.setattr(ray_job.time, "monotonic", lambda: next(clock))
+    counter = BatchCounter()  # started at 100
+    assert counter.pace() == Pace(0, None, None)
+    counter.add(10, 0, 50.0, "a")  # 101: a's first
+    assert counter.pace() == Pace(1, 1.0, None)  # nothing after it yet
+    counter.add(10, 1, 60.0, "b")  # 103: b's first: every actor has answered, 20 rows counted
+    counter.add(30, 0, 55.0, "a")  # 104
+    counter.add(30, 0, 55.0, "b")  # 105
+    counter.add(20, 0, 55.0, "a")  # 107
+    # After 103: 80 rows in 4 s.
+    assert counter.pace() == Pace(2, 3.0, 20.0)
+    assert counter.totals() == (100, 1, 60.0)
