@@ -9,6 +9,7 @@ line)."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import ipaddress
 import json
 import logging
@@ -47,8 +48,15 @@ class WorkerPlan:
         return cls(plan["config"], plan["overrides"], ServiceOptions(**plan["options"]))
 
     def app(self) -> Any:
-        """The application this plan describes."""
-        return create_app(QwenClassifier.load(self.config, **self.overrides), self.options)
+        """The application this plan describes, its process's start-up objects then moved out
+        of the cyclic garbage collector's sight (:func:`gc.freeze`): they live as long as the
+        process, and the classifier's tokenizer alone makes every full collection a walk over
+        a large graph, which under load the many short-lived objects of a request set off
+        again and again."""
+        app = create_app(QwenClassifier.load(self.config, **self.overrides), self.options)
+        gc.collect()
+        gc.freeze()
+        return app
 
 
 def is_loopback(host: str) -> bool:
