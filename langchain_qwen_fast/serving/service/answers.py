@@ -17,6 +17,7 @@ under that id: upstream addresses and messages stay there.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -192,23 +193,52 @@ def log_failure(request_id: str, exc: BaseException, count: int = 1) -> None:
 async def render_list(results: Sequence[Any], request_id: RequestId) -> bytes:
     """``{"results": [...]}`` for a list, a slice at a time with the event loop's other work
     between slices, so that a long list does not hold up other clients; each distinct failure
-    that is not the text's own is logged once under the request id."""
+    that is not the text's own is logged once under the request id. The classifications of a
+    slice are serialised together by pydantic (one call for a run of them, not a dict and a
+    ``json.dumps`` a text); an error between them is rendered as :func:`error_body` says."""
+    from langchain_qwen_fast.classification import Classification
+
     failures: dict[tuple[str, str], tuple[BaseException, int]] = {}
-    parts: list[str] = []
+    parts: list[bytes] = []
+    run: list[Classification] = []
     for start in range(0, len(results), RENDER_SLICE):
         if start:
             await asyncio.sleep(0)
         for result in results[start : start + RENDER_SLICE]:
+            if type(result) is Classification:
+                run.append(result)
+                continue
+            if run:
+                parts.append(_classifications(run))
+                run = []
             rid = None
             if isinstance(result, BaseException) and not keeps_message(result):
                 rid = request_id()
                 key = (type(result).__name__, str(result))
                 failures[key] = (result, failures.get(key, (result, 0))[1] + 1)
-            parts.append(json.dumps(result_body(result, rid), ensure_ascii=False, allow_nan=False,
-                                    separators=(",", ":")))  # fmt: skip
+            parts.append(dumps(result_body(result, rid)))
+        if run:
+            parts.append(_classifications(run))
+            run = []
     for exc, count in failures.values():
         log_failure(request_id(), exc, count)
-    return ('{"results":[' + ",".join(parts) + "]}").encode()
+    return b'{"results":[' + b",".join(parts) + b"]}"
+
+
+@functools.cache
+def _classifications_adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    from langchain_qwen_fast.classification import Classification
+
+    return TypeAdapter(list[Classification])
+
+
+def _classifications(run: list[Classification]) -> bytes:
+    """Classifications as the items of a JSON array (without its brackets), each as
+    :func:`result_body` has it: its fields, none of them null."""
+    rendered: bytes = _classifications_adapter().dump_json(run, exclude_none=True)
+    return rendered[1:-1]
 
 
 __all__ = [

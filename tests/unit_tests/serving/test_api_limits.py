@@ -19,6 +19,7 @@ from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
 from langchain_qwen_fast.serving.service import APIKey, ServiceOptions, create_app
 from langchain_qwen_fast.serving.service.answers import RENDER_SLICE, RequestId, render_list
+from langchain_qwen_fast.serving.service.fast_path import PARSE_IN_THREAD_BYTES
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS
 from tests.support.fake_vllm import FakeVLLM
 
@@ -197,8 +198,8 @@ async def test_a_long_list_is_rendered_with_the_loops_other_work_between_slices(
 async def test_a_large_valid_body_is_answered_by_the_fast_path() -> None:
     fake = FakeVLLM()
     app = app_over(fake)
-    texts = [f"headline number {k} " * 20 for k in range(200)]  # over the size parsed in a thread
+    texts = [f"headline number {k} " * 60 for k in range(1000)]  # over the size parsed in a thread
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test") as client:
         answer = await client.post("/v1/classify", json={"input": texts})
-    assert len(json.dumps({"input": texts})) > 64 * 1024
+    assert len(json.dumps({"input": texts})) > PARSE_IN_THREAD_BYTES
     assert answer.status_code == 200 and len(answer.json()["results"]) == len(texts)
