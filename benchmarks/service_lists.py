@@ -125,10 +125,11 @@ class _Service:
 
 
 def _profiler(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
-    """py-spy sampling ``pid`` and its children (the workers) for ``seconds`` into ``out`` (raw)."""
+    """py-spy sampling ``pid`` and its children (the workers) for ``seconds`` into ``out`` (raw),
+    only where a thread holds the GIL: the CPU each frame took, not its waits."""
     spy = str(Path(sys.executable).parent / "py-spy")
-    command = [spy, "record", "--pid", str(pid), "--subprocesses", "--threads", "--format", "raw",
-               "--duration", str(max(1, round(seconds))), "--output", str(out), "--nonblocking"]  # fmt: skip
+    command = [spy, "record", "--pid", str(pid), "--subprocesses", "--threads", "--gil", "--format", "raw", "--rate",
+               "250", "--duration", str(max(1, round(seconds))), "--output", str(out), "--nonblocking"]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
