@@ -5,6 +5,7 @@ group slots and the same place in line (the HTTP service's ``POST /v1/classify``
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections import deque
@@ -49,26 +50,43 @@ def default_groups_in_flight(replicas: int, processes: int = 1) -> int:
     return max(1, GROUPS_IN_FLIGHT_PER_REPLICA * replicas // processes)
 
 
-class _Item:
-    """One text in the batcher: its value, the future its caller awaits, and its group once
-    it has one (None while it waits in line)."""
+class _Ticket:
+    """One caller's texts: their outcomes in order (each a result or an exception), how many
+    are still to come, and the one future the caller awaits for them all (cancelling it takes
+    every text of the caller out)."""
 
-    __slots__ = ("future", "group", "value")
+    __slots__ = ("future", "items", "outcomes", "remaining")
 
-    def __init__(self, value: Any, future: asyncio.Future[Any]) -> None:
-        self.value = value
+    def __init__(self, future: asyncio.Future[list[Any]], count: int) -> None:
         self.future = future
+        self.outcomes: list[Any] = [None] * count
+        self.remaining = count
+        self.items: list[_Item] = []
+
+
+class _Item:
+    """One text in the batcher: its value, its caller's ticket and place there, and its group
+    once it has one (None while it waits in line)."""
+
+    __slots__ = ("group", "index", "ticket", "value")
+
+    def __init__(self, value: Any, ticket: _Ticket, index: int) -> None:
+        self.value = value
+        self.ticket = ticket
+        self.index = index
         self.group: _Group | None = None
 
 
 class _Group:
-    """Texts sent together; ``live`` counts those whose callers still wait for them."""
+    """Texts sent together; ``live`` counts those whose callers still wait for them,
+    ``finished`` is set once the group's outcomes are handed out (or it ended)."""
 
-    __slots__ = ("items", "live", "task")
+    __slots__ = ("finished", "items", "live", "task")
 
     def __init__(self, items: list[_Item]) -> None:
         self.items = items
         self.live = len(items)
+        self.finished = False
         self.task: asyncio.Task[None] | None = None
 
 
@@ -146,9 +164,11 @@ class MicroBatcher:
         rate = done / _RATE_WINDOW
         return max(1, min(MAX_RETRY_AFTER, math.ceil(self._queued / rate)))
 
-    def submit(self, values: Sequence[Any]) -> list[asyncio.Future[Any]]:
-        """Put ``values`` in line, all or none: a future for each, or :class:`Overloaded`.
-        Cancelling a future takes its text out (see the class docstring)."""
+    def submit(self, values: Sequence[Any]) -> asyncio.Future[list[Any]]:
+        """Put ``values`` in line, all or none: one future for their outcomes in order (each a
+        classification or an exception), or :class:`Overloaded`. Cancelling the future takes
+        the texts out (see the class docstring). One future and one callback a caller, not a
+        text: a list's texts cost the line little more than a single text does."""
         if self._queued + len(values) > self.max_queued:
             raise Overloaded(
                 asked=len(values), queued=self._queued, limit=self.max_queued, retry_after=self.retry_after()
@@ -156,48 +176,36 @@ class MicroBatcher:
         if self._arrived is None or self._worker is None or self._worker.done():
             self._arrived = asyncio.Event()
             self._worker = asyncio.create_task(self._collect(self._arrived))
-        loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[Any]] = []
-        for value in values:
-            item = _Item(value, loop.create_future())
-            item.future.add_done_callback(lambda _, item=item: self._left(item))  # type: ignore[misc]
-            self._waiting.append(item)
-            futures.append(item.future)
+        ticket = _Ticket(asyncio.get_running_loop().create_future(), len(values))
+        ticket.items = [_Item(value, ticket, index) for index, value in enumerate(values)]
+        ticket.future.add_done_callback(functools.partial(self._left, ticket))
+        self._waiting.extend(ticket.items)
         self._queued += len(values)
         self._arrived.set()
-        return futures
+        return ticket.future
 
     async def classify_many(self, values: Sequence[Any], deadline: float | None = None) -> list[Any]:
         """Each value's classification or exception, in order (see :meth:`submit`). Past
         ``deadline`` (the event loop's clock), the texts not yet done leave and
-        :class:`DeadlineExceeded` (a :class:`TimeoutError`) is raised. (A timer that cancels the texts' futures, not
-        ``asyncio.timeout``: it costs a request a fraction as much.)"""
+        :class:`DeadlineExceeded` (a :class:`TimeoutError`) is raised. (A timer that cancels the
+        caller's future, not ``asyncio.timeout``: it costs a request a fraction as much.)"""
         if not values:
             return []
-        futures = self.submit(values)
+        future = self.submit(values)
         expired = False
 
         def expire() -> None:
             nonlocal expired
             expired = True
-            for future in futures:
-                future.cancel()
+            future.cancel()
 
         timer = asyncio.get_running_loop().call_at(deadline, expire) if deadline is not None else None
         try:
-            if len(futures) == 1:  # the common single text, without gather's own future and callbacks
-                try:
-                    return [await futures[0]]
-                except asyncio.CancelledError:
-                    if expired:
-                        raise DeadlineExceeded from None
-                    raise
-                except Exception as exc:
-                    return [exc]
-            results = await asyncio.gather(*futures, return_exceptions=True)
+            return await future
+        except asyncio.CancelledError:
             if expired:
-                raise DeadlineExceeded
-            return list(results)
+                raise DeadlineExceeded from None
+            raise
         finally:
             if timer is not None:
                 timer.cancel()
@@ -205,8 +213,10 @@ class MicroBatcher:
     async def classify(self, value: Any) -> Classification:
         """The classification of one input, grouped with others arriving at the same time;
         raises its exception, or :class:`Overloaded`."""
-        (future,) = self.submit([value])
-        result: Classification = await future
+        (outcome,) = await self.submit([value])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result: Classification = outcome
         return result
 
     def close(self) -> None:
@@ -215,32 +225,34 @@ class MicroBatcher:
             if task is not None:
                 task.cancel()
         while self._waiting:
-            self._waiting.popleft().future.cancel()
+            self._waiting.popleft().ticket.future.cancel()
 
     # -- inside ------------------------------------------------------------------------------
-    def _left(self, item: _Item) -> None:
-        """A text's future is done; if its caller cancelled it, the text leaves the count (in
-        line) or its group's callers (in flight)."""
-        if not item.future.cancelled():
+    def _left(self, ticket: _Ticket, future: asyncio.Future[list[Any]]) -> None:
+        """A caller's future is done; if it was cancelled, its texts still in line leave the
+        count, and those in flight their groups' callers (a group whose callers all left is
+        cancelled)."""
+        if not future.cancelled():
             return
-        group = item.group
-        if group is None:
-            self._queued -= 1
-            self._dead += 1
-            if self._dead > 64 and self._dead * 2 > len(self._waiting):
-                # Swept now and then rather than removed one by one: each removal from the
-                # middle of a deque is a scan, a sweep is one for many.
-                self._waiting = deque(i for i in self._waiting if not i.future.done())
-                self._dead = 0
-            return
-        group.live -= 1
-        if group.live == 0 and group.task is not None:
-            group.task.cancel()
+        for item in ticket.items:
+            group = item.group
+            if group is None:
+                self._queued -= 1
+                self._dead += 1
+            elif not group.finished:
+                group.live -= 1
+                if group.live == 0 and group.task is not None:
+                    group.task.cancel()
+        if self._dead > 64 and self._dead * 2 > len(self._waiting):
+            # Swept now and then rather than removed one by one: each removal from the
+            # middle of a deque is a scan, a sweep is one for many.
+            self._waiting = deque(i for i in self._waiting if not i.ticket.future.done())
+            self._dead = 0
 
     def _fill(self, group: list[_Item]) -> None:
         while len(group) < self.max_group and self._waiting:
             item = self._waiting.popleft()
-            if not item.future.done():
+            if not item.ticket.future.done():
                 group.append(item)
 
     async def _collect(self, arrived: asyncio.Event) -> None:
@@ -256,6 +268,11 @@ class MicroBatcher:
                 await arrived.wait()
             if self.max_wait > 0:
                 await self._wait_for_company(arrived, items)
+                # A caller that left meanwhile took its texts out of the count already.
+                items = [item for item in items if not item.ticket.future.done()]
+                if not items:
+                    slots.release()
+                    continue
             group = _Group(items)
             for item in items:
                 item.group = group
@@ -284,6 +301,7 @@ class MicroBatcher:
         if self._on_group is not None:
             self._on_group(len(items))
         results: list[Any]
+        handed_out = False
         try:
             try:
                 # One request a group (of up to MAX_BATCH_SIZE prompts) where the server takes
@@ -296,17 +314,21 @@ class MicroBatcher:
                 results = [exc] * len(items)
             self._finished.append((time.monotonic(), len(items)))
             for item, result in zip(items, results, strict=True):
-                if item.future.done():
+                ticket = item.ticket
+                if ticket.future.done():
                     continue
-                if isinstance(result, BaseException):
-                    item.future.set_exception(result)
-                else:
-                    item.future.set_result(result)
+                ticket.outcomes[item.index] = result
+                ticket.remaining -= 1
+                if not ticket.remaining:
+                    ticket.future.set_result(ticket.outcomes)
+            handed_out = True
         finally:
+            group.finished = True
             self._queued -= len(items)
-            for item in items:  # cancelled (closed, or every caller left): none waits forever
-                if not item.future.done():
-                    item.future.cancel()
+            if not handed_out:  # cancelled (closed, or every caller left): none waits forever
+                for item in items:
+                    if not item.ticket.future.done():
+                        item.ticket.future.cancel()
 
 
 __all__ = [

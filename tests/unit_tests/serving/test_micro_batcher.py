@@ -114,6 +114,44 @@ async def test_max_wait_lets_a_first_text_wait_for_company() -> None:
     assert [values for values, _ in classifier.calls] == [["a", "b", "c"]]
 
 
+async def test_a_caller_that_leaves_while_waiting_for_company_is_not_counted_twice() -> None:
+    classifier = HeldClassifier()
+    classifier.release.set()
+    batcher = MicroBatcher(classifier, max_wait=0.05, groups_in_flight=1)  # type: ignore[arg-type]
+    gone = asyncio.create_task(batcher.classify_many(["gone 1", "gone 2"]))
+    await asyncio.sleep(0.01)  # taken for the group, which waits for company
+    gone.cancel()
+    kept = await batcher.classify("kept")
+    assert kept == "label of kept" and batcher.queued == 0
+    assert [values for values, _ in classifier.calls] == [["kept"]]
+
+
+async def test_a_list_over_several_groups_gets_each_outcome_in_its_place() -> None:
+    classifier = HeldClassifier()
+    classifier.release.set()
+    batcher = MicroBatcher(classifier, max_group=2, groups_in_flight=2)  # type: ignore[arg-type]
+    texts = ["a", "bad b", "c", "d", "bad e"]
+    outcomes = await batcher.classify_many(texts)
+    assert [values for values, _ in classifier.calls] == [["a", "bad b"], ["c", "d"], ["bad e"]]
+    assert outcomes[0] == "label of a" and outcomes[2:4] == ["label of c", "label of d"]
+    assert [str(outcomes[k]) for k in (1, 4)] == ["bad b", "bad e"] and isinstance(outcomes[4], ValueError)
+    assert batcher.queued == 0
+
+
+async def test_a_list_that_leaves_part_in_flight_and_part_in_line_leaves_both() -> None:
+    classifier = HeldClassifier()
+    batcher = MicroBatcher(classifier, max_group=2, groups_in_flight=1)  # type: ignore[arg-type]
+    listed = asyncio.create_task(batcher.classify_many(["a", "b", "c", "d", "e"]))
+    await settle()
+    assert classifier.calls == [(["a", "b"], 1)] and batcher.queued == 5
+    listed.cancel()
+    await settle()
+    assert classifier.cancelled == [["a", "b"]] and batcher.queued == 0  # its group cancelled, its line left
+    classifier.release.set()
+    assert await batcher.classify("next") == "label of next"
+    assert [values for values, _ in classifier.calls] == [["a", "b"], ["next"]]
+
+
 async def test_a_failed_set_up_reaches_every_caller_of_the_group() -> None:
     class Down(HeldClassifier):
         async def aprepare(self) -> Plan:
@@ -220,9 +258,9 @@ async def test_retry_after_follows_the_recent_completion_rate() -> None:
     assert batcher.retry_after() >= 1  # nothing known yet
     await batcher.classify_many([f"t{k}" for k in range(100)])  # 100 texts done within the window
     classifier.release.clear()
-    held = batcher.submit([f"w{k}" for k in range(10)])  # ten waiting at 10 a second: a second
+    held = [batcher.submit([f"w{k}" for k in range(10)])]  # ten waiting at 10 a second: a second
     assert batcher.retry_after() == 1
-    held += batcher.submit([f"x{k}" for k in range(10_000)])  # far beyond: capped
+    held.append(batcher.submit([f"x{k}" for k in range(10_000)]))  # far beyond: capped
     assert batcher.retry_after() == MAX_RETRY_AFTER
     batcher.close()
     await settle()
