@@ -13,6 +13,7 @@ Each input row keeps its columns and gains:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,24 +34,52 @@ def added_columns(labels: Sequence[str], multi_label: bool) -> list[str]:
     return [*chosen, *map(probability_column, labels), "abstained", "error"]
 
 
+class CarriedError(Exception):
+    """A row's error as another process of the job gets it: its kind (:attr:`kind`, as the
+    counts name it) and how its ``error`` column reads (:attr:`text`), whatever its type."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(kind, text)
+        self.kind = kind
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def error_text(error: BaseException) -> str:
     """How a row's error reads in its ``error`` column: the error's type and message."""
+    if isinstance(error, CarriedError):
+        return error.text
     return f"{type(error).__name__}: {error}"
 
 
 def result_columns(result: Classification | BaseException, labels: Sequence[str], multi_label: bool) -> dict[str, Any]:
     """The added columns for one row, from its classification or the error it got instead."""
+    names = _probability_columns(labels)
     if isinstance(result, BaseException):
-        row: dict[str, Any] = {"label": None}
-        if multi_label:
-            row["labels"] = []
-        row.update({probability_column(label): None for label in labels})
-        row.update(abstained=False, error=error_text(result))
+        row: dict[str, Any] = {"label": None, "labels": []} if multi_label else {"label": None}
+        row.update(dict.fromkeys(names.values()))
+        row["abstained"] = False
+        row["error"] = error_text(result)
         return row
-    row = {"label": result.label}
-    if multi_label:
-        row["labels"] = list(result.labels)
-    scores = result.scores or {}
-    row.update({probability_column(label): scores.get(label) for label in labels})
-    row.update(abstained=result.abstained, error=None)
+    row = {"label": result.label, "labels": list(result.labels)} if multi_label else {"label": result.label}
+    scores = result.scores
+    if scores is None:
+        row.update(dict.fromkeys(names.values()))
+    else:
+        row.update(zip(names.values(), map(scores.get, names)))
+    row["abstained"] = result.abstained
+    row["error"] = None
     return row
+
+
+def _probability_columns(labels: Sequence[str]) -> dict[str, str]:
+    """Each label's probability column, in the labels' order (named once a label set: a job
+    asks for every row's)."""
+    return _named(tuple(labels))
+
+
+@functools.lru_cache(maxsize=64)
+def _named(labels: tuple[str, ...]) -> dict[str, str]:
+    return {label: probability_column(label) for label in labels}

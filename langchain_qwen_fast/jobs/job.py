@@ -85,6 +85,7 @@ from langchain_qwen_fast.jobs.questions import GivenQuestions, QuestionAsker, de
 from langchain_qwen_fast.jobs.readers import table_reader
 from langchain_qwen_fast.jobs.review import ReviewChunk, ReviewOptions, write_review
 from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram, total
+from langchain_qwen_fast.jobs.table_side import ReadChunk, Tables, TableSide, open_tables
 from langchain_qwen_fast.jobs.tables import ROW_DIGEST_BYTES, STDIN, Format, InputRow, TextSource, format_of
 from langchain_qwen_fast.jobs.writers import OutputTable, join_parts, write_part
 
@@ -351,8 +352,16 @@ class _Job:
         self.finished_rows = 0
         self.finished_errors = 0
         self.set_up = False
+        self.tables: Tables | None = None
 
     async def run(self) -> JobReport:
+        try:
+            return await self._run()
+        finally:
+            if self.tables is not None:  # gone before the work folder is let go
+                self.tables.reap()
+
+    async def _run(self) -> JobReport:
         started = time.perf_counter()
         options = self.options
         # A JSONL input's columns matter to CSV and Parquet output only (JSONL rows keep their keys).
@@ -363,7 +372,7 @@ class _Job:
         done = sum(chunk.rows for chunk in chunks)
         finished = total(chunk.digest() for chunk in chunks)
         self.finished_rows, self.finished_errors = finished.rows, finished.errors
-        expected = reader.count()
+        expected = reader.count() if options.progress else None  # the bar's total, read first
         rows = reader.rows()
         self._check_same_input(rows, chunks, done)
         first = [] if chunks else list(itertools.islice(rows, 1))  # the reader knows its columns from here
@@ -423,27 +432,34 @@ class _Job:
                 at += 1
 
     async def _stream(self, rows: Iterator[InputRow], start: int, expected: int | None) -> int:
-        """Classify and commit every remaining row; returns how many."""
+        """Classify and commit every remaining row; returns how many. The rows are read and
+        committed on the table side (:mod:`.table_side`: a process of its own where the
+        platform forks), so that this process's event loop does little but classify."""
         bar = _progress(self.options.progress, expected, start)
-        pending: deque[tuple[int, list[InputRow], asyncio.Task[list[Result]]]] = deque()
+        pending: deque[tuple[ReadChunk, asyncio.Task[list[Result]]]] = deque()
         at = start
+        tables = self.tables = open_tables(TableSide(rows, start, self._write_chunk))
+        ahead: asyncio.Future[ReadChunk | None] | None = None
         try:
-            first = next(rows, None)
-            if first is None:  # nothing left to classify: no server needed
+            if not await tables.any_left():  # nothing left to classify: no server needed
                 return 0
             await self._set_up()
             size = self.options.chunk_rows or max(MIN_CHUNK_ROWS, self.answerer.rows_in_flight())
-            rows = itertools.chain([first], rows)
-            while chunk := list(itertools.islice(rows, size)):
-                pending.append((at, chunk, asyncio.ensure_future(self._classify(chunk))))
+            ahead = tables.read(size)  # one chunk read ahead of those being classified
+            while (chunk := await ahead) is not None:
+                ahead = tables.read(size)
+                pending.append((chunk, asyncio.ensure_future(self._classify(chunk))))
                 at += len(chunk)
                 while len(pending) >= self.options.chunks_in_flight:
-                    await self._commit(*pending.popleft(), bar)
+                    await self._commit(*pending.popleft(), tables, bar)
             while pending:
-                await self._commit(*pending.popleft(), bar)
+                await self._commit(*pending.popleft(), tables, bar)
         finally:
-            for _, _, task in pending:
+            for _, task in pending:
                 task.cancel()
+            if ahead is not None and ahead.done() and not ahead.cancelled():
+                ahead.exception()  # a chunk read ahead that failed: the job stopped for its own cause first
+            tables.close()
             if bar is not None:
                 bar.close()
             await self.answerer.aclose()
@@ -468,57 +484,54 @@ class _Job:
             return "no row was written"
         return f"the {self.finished_rows} rows finished before are kept in {self.folder.path}"
 
-    async def _classify(self, chunk: list[InputRow]) -> list[Result]:
+    async def _classify(self, chunk: ReadChunk) -> list[Result]:
         """Each row's classification or error: rows that cannot be read get their error without
         a request; the others go in one engine call, which puts the error of a value that is not
         text to classify in its place."""
-        results: list[Result | None] = [None] * len(chunk)
-        readable = []
-        for i, row in enumerate(chunk):
-            if row.problem is None:
-                readable.append(i)
-            else:
-                results[i] = DataFileError(f"{row.place} {row.problem}")
-        if readable:
-            values = [chunk[i].text for i in readable]
-            for i, result in zip(readable, await self.answerer.aanswer(values)):
-                results[i] = result
-        return [r for r in results if r is not None]
+        answers = await self.answerer.aanswer(chunk.texts) if chunk.texts else []
+        if not chunk.problems:
+            return list(answers)
+        results: list[Result] = []
+        given = iter(answers)
+        for offset in range(len(chunk)):
+            problem = chunk.problems.get(offset)
+            results.append(next(given) if problem is None else DataFileError(problem))
+        return results
 
-    async def _commit(self, start: int, chunk: list[InputRow], task: asyncio.Task[list[Result]], bar: Any) -> None:
+    async def _commit(self, chunk: ReadChunk, task: asyncio.Task[list[Result]], tables: Tables, bar: Any) -> None:
         results = await task
-        errors = self._check(start, chunk, results)
-        await asyncio.to_thread(self._write_chunk, start, chunk, results)
+        errors = self._check(chunk.start, chunk.places, results)
+        await tables.commit(chunk.start, results)
         self.finished_rows += len(chunk)
         self.finished_errors += errors
         if bar is not None:
             bar.update(len(chunk))
 
-    def _check(self, start: int, chunk: list[InputRow], results: list[Result]) -> int:
+    def _check(self, start: int, places: list[str], results: list[Result]) -> int:
         """The chunk's rows with input errors; :class:`JobStopped` when the chunk is not to be
         written (see the module docstring)."""
         failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
         for i, error in failed:
             if not is_input_error(error):
                 raise InfrastructureFailure(
-                    f"stopped: row {start + i + 1} ({chunk[i].place}) got {error_text(error)}, an error of the "
+                    f"stopped: row {start + i + 1} ({places[i]}) got {error_text(error)}, an error of the "
                     f"server or the way to it, not of the row; {self._kept()}.{_RESUME}"
                 ) from error
         if not failed:
             return 0
         i, example = failed[0]
-        first = f"row {start + i + 1} ({chunk[i].place}): {error_text(example)}"
+        first = f"row {start + i + 1} ({places[i]}): {error_text(example)}"
         limit = self.options.max_error_rate
         if limit is None:
             alike = len({type(error) for _, error in failed}) == 1
-            if len(chunk) >= SYSTEMATIC_ROWS and len(failed) == len(chunk) and alike:
+            if len(places) >= SYSTEMATIC_ROWS and len(failed) == len(places) and alike:
                 raise TooManyInputErrors(
-                    f"stopped: all {len(chunk)} rows from row {start + 1} failed alike ({first}), a systematic "
+                    f"stopped: all {len(places)} rows from row {start + 1} failed alike ({first}), a systematic "
                     f"error (a wrong column, option or server?); none of them was written, and {self._kept()}. "
                     "Fix the cause and run again, or pass --max-error-rate 1 to write such rows with their error"
                 )
             return len(failed)
-        rows = self.finished_rows + len(chunk)
+        rows = self.finished_rows + len(places)
         errors = self.finished_errors + len(failed)
         if errors > limit * rows:
             raise TooManyInputErrors(
@@ -530,7 +543,7 @@ class _Job:
         return len(failed)
 
     def _write_chunk(self, start: int, chunk: list[InputRow], results: list[Result]) -> None:
-        """Count, pick review entries and commit one chunk's rows (in a worker thread)."""
+        """Count, pick review entries and commit one chunk's rows (on the table side)."""
         assert self.table is not None and len(results) == len(chunk)
         counts = Counts()
         review = ReviewChunk(self.review) if self.review is not None else None

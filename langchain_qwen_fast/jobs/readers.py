@@ -149,8 +149,9 @@ class CsvReader(TableReader):
             header: list[str] | None = None
             lines: list[str] = []  # the lines of the record just read
             for line, record in _csv_records(f, lines):
-                digest = row_digest("".join(lines).encode("utf-8", errors="surrogateescape"))
+                raw = lines[0] if len(lines) == 1 else "".join(lines)
                 lines.clear()
+                digest = row_digest(raw.encode("utf-8", errors="surrogateescape"))
                 if isinstance(record, csv.Error):
                     if header is None:
                         raise DataFileError(f"{self.path}: the header cannot be read as CSV: {record}") from None
@@ -165,7 +166,7 @@ class CsvReader(TableReader):
                     self.columns = header
                     if not self.ag_news:
                         continue  # the header is no row
-                row = self._row(f"line {line}", header, record)
+                row = self._row(f"line {line}", header, record, raw.isascii())
                 row.digest = digest
                 yield row
 
@@ -188,21 +189,27 @@ class CsvReader(TableReader):
             return io.TextIOWrapper(self._binary(), encoding="utf-8", errors="surrogateescape", newline="")
         return open(self.path, encoding="utf-8", errors="surrogateescape", newline="")
 
-    def _row(self, place: str, header: list[str], record: list[str]) -> InputRow:
+    def _row(self, place: str, header: list[str], record: list[str], ascii_only: bool = False) -> InputRow:
+        """The row of ``record``; ``ascii_only``: its lines are ASCII, so no cell holds a byte
+        that is not UTF-8 (no cell is searched for one)."""
         problems = []
-        if any(_undecodable(cell) for cell in record):
+        if not ascii_only and any(_undecodable(cell) for cell in record):
             problems.append("has bytes that are not UTF-8 (read as U+FFFD)")
             record = [_readable(cell) for cell in record]
+        short = len(record) < len(header)
         if len(record) != len(header):
-            extra = f": extra fields {record[len(header) :]!r}"[:300] if len(record) > len(header) else ""
+            extra = f": extra fields {record[len(header) :]!r}"[:300] if not short else ""
             problems.append(f"has {len(record)} fields, the header {len(header)}{extra}")
         cells: dict[str, Any] = dict(zip(header, record))
-        cells.update({name: None for name in header[len(record) :]})
+        if short:
+            cells.update({name: None for name in header[len(record) :]})
         if self.ag_news:
             text, missing = title_and_description(cells), None
-        else:
+        elif short:
             text, missing = self.text.of({k: v for k, v in cells.items() if v is not None})
-        if missing and len(record) >= len(header):  # a short row's problem is named above
+        else:
+            text, missing = self.text.of(cells)  # every cell read: none is None
+        if missing and not short:  # a short row's problem is named above
             problems.append(missing)
         return InputRow(place, cells, text, "; ".join(problems) or None)
 

@@ -85,20 +85,40 @@ def _csv_cell(value: Any) -> str:
     return cast(str, _text_cell(value))
 
 
+def _csv_column(values: list[Any]) -> list[Any]:
+    """A column's cells as :func:`_csv_cell` writes them, a column at a time: a column of one
+    kind (text, numbers, each maybe missing) is converted in one pass, any other cell by cell."""
+    kinds = set(map(type, values))
+    if kinds <= _TEXT_KINDS:
+        return ["" if v is None else v for v in values] if _NONE in kinds else values
+    if kinds <= _FLOAT_KINDS:
+        return ["" if v is None else float.__repr__(v) for v in values]
+    return list(map(_csv_cell, values))
+
+
+_NONE = type(None)
+_TEXT_KINDS = frozenset({str, _NONE})
+_FLOAT_KINDS = frozenset({float, _NONE})
+
+
 def write_part(path: Path, table: OutputTable, rows: Sequence[dict[str, Any]]) -> None:
     """Write ``rows`` (input cells and added columns) to ``path`` in the output's kind: CSV
     without its header (:func:`join_parts` writes it once), JSONL, or a Parquet file."""
     if table.kind == "jsonl":
+        try:
+            lines = b"\n".join([orjson.dumps(row) for row in rows])
+        except TypeError:  # a row orjson does not take: each line on its own
+            lines = b"".join(map(_json_line, rows))[:-1]
         with path.open("wb") as f:
-            for row in rows:
-                f.write(_json_line(row))
+            if rows:
+                f.write(lines + b"\n")
             _sync(f)
         return
     if table.kind == "csv":
-        header = table.header
+        cells = [_csv_column([row.get(name) for row in rows]) for name in table.header]
         with path.open("w", newline="", encoding="utf-8") as text:
             writer = csv.writer(text, lineterminator="\n")
-            writer.writerows([_csv_cell(row.get(name)) for name in header] for row in rows)
+            writer.writerows(zip(*cells))
             _sync(text)
         return
     import pyarrow as pa

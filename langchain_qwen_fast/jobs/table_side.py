@@ -1,0 +1,390 @@
+"""A job's table side: reading its input and committing its chunks, apart from the classifying.
+
+    from langchain_qwen_fast.jobs.table_side import TableSide, open_tables
+
+    tables = open_tables(TableSide(rows, start, commit))
+    if await tables.any_left():
+        chunk = await tables.read(1024)          # a ReadChunk, or None at the end
+        await tables.commit(chunk.start, results)
+    tables.close()
+
+Reading a row (parsing, digesting) and writing one (rendering, counting, syncing) is Python
+work that holds the interpreter's lock, so a thread gives the event loop that drives the
+classifier no time back. On Linux the table side therefore runs in a process of its own, forked
+from the job's once its input is open and its first rows read (:class:`ForkedTables`): the
+job's process sends it requests over a pipe and gets, per chunk, only the values to classify
+and the rows' places; it sends back each chunk's results packed as plain tuples
+(:func:`pack`), which cost little to pickle and unpickle. Elsewhere the same
+:class:`TableSide` runs in the job's process (:class:`LocalTables`).
+
+Every reply comes in the order of the requests, one per request, and the job asks for one chunk
+ahead of those being classified: the table process holds the rows of the chunks in flight, the
+chunk read ahead and the one being committed, never more. A failure on the table side (a row
+that differs from a resumed job's, a file that cannot be written) comes back as the exception
+it raised; a table process that ends without a word is a :class:`DataFileError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import gc
+import os
+import pickle
+import select
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from langchain_qwen_fast.classification import Classification
+from langchain_qwen_fast.errors import DataFileError
+from langchain_qwen_fast.jobs.columns import CarriedError, error_text
+from langchain_qwen_fast.jobs.summary import error_kind
+from langchain_qwen_fast.jobs.tables import InputRow
+
+if TYPE_CHECKING:
+    from langchain_qwen_fast.jobs.answerers import Result
+
+#: How long the job waits for its table process to end once told to, before killing it (it
+#: may be committing a chunk).
+STOP_SECONDS = 60.0
+#: The pipes' buffer, asked of the kernel, so that sending a chunk's results seldom waits for
+#: the other side to read.
+PIPE_BYTES = 1 << 20
+
+
+@dataclass
+class ReadChunk:
+    """One chunk as the classifying side sees it: its first row, each row's place (for
+    messages), the values of its readable rows in order, and the message of each row that
+    cannot be read (by its offset in the chunk)."""
+
+    start: int
+    places: list[str]
+    texts: list[Any]
+    problems: dict[int, str]
+
+    def __len__(self) -> int:
+        return len(self.places)
+
+
+class TableSide:
+    """The rows of a job still to classify, and how a chunk of them is committed: ``commit``
+    gets the chunk's first row, its input rows and their results."""
+
+    def __init__(
+        self, rows: Iterator[InputRow], start: int, commit: Callable[[int, list[InputRow], list[Result]], None]
+    ) -> None:
+        self._rows = rows
+        self._at = start
+        self._commit = commit
+        self._next: InputRow | None = None
+        #: the rows of each chunk read and not yet committed, by its first row
+        self._chunks: dict[int, list[InputRow]] = {}
+
+    def any_left(self) -> bool:
+        """Whether a row is left to read (reading it ahead)."""
+        if self._next is None:
+            self._next = next(self._rows, None)
+        return self._next is not None
+
+    def read(self, size: int) -> ReadChunk | None:
+        """The next chunk of up to ``size`` rows; None at the end of the input."""
+        rows: list[InputRow] = []
+        if self._next is not None:
+            rows.append(self._next)
+            self._next = None
+        for row in self._rows:
+            rows.append(row)
+            if len(rows) >= size:
+                break
+        if not rows:
+            return None
+        start = self._at
+        self._at += len(rows)
+        self._chunks[start] = rows
+        places, texts, problems = [], [], {}
+        for offset, row in enumerate(rows):
+            places.append(row.place)
+            if row.problem is None:
+                texts.append(row.text)
+            else:
+                problems[offset] = f"{row.place} {row.problem}"
+        return ReadChunk(start, places, texts, problems)
+
+    def commit(self, start: int, results: list[Result]) -> None:
+        """Commit the chunk read from row ``start`` with its rows' results."""
+        self._commit(start, self._chunks.pop(start), results)
+
+    def drop(self) -> None:
+        """Forget the chunks read and not committed (the job stops)."""
+        self._chunks.clear()
+
+
+class Tables(Protocol):
+    """A :class:`TableSide` as the job's event loop drives it. :meth:`read` asks at once (a
+    chunk read ahead is asked for before it is awaited)."""
+
+    async def any_left(self) -> bool: ...
+
+    def read(self, size: int) -> asyncio.Future[ReadChunk | None]: ...
+
+    async def commit(self, start: int, results: list[Result]) -> None: ...
+
+    def close(self) -> None:
+        """Stop the table side (after the request it is on)."""
+
+    def reap(self) -> None:
+        """Wait for the stopped table side to end (before the job's work folder is let go)."""
+
+
+def forks() -> bool:
+    """Whether the table side runs in a process of its own here: on Linux, where forking a
+    process that has threads is safe for what the table side does."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def open_tables(side: TableSide, *, forked: bool | None = None) -> Tables:
+    """``side`` in a process of its own (``forked``; default: :func:`forks`), else in this one;
+    called from the job's event loop."""
+    if forked if forked is not None else forks():
+        return ForkedTables(side)
+    return LocalTables(side)
+
+
+class LocalTables:
+    """The table side in the job's process: reading in the event loop, committing in a thread."""
+
+    def __init__(self, side: TableSide) -> None:
+        self.side = side
+
+    async def any_left(self) -> bool:
+        return self.side.any_left()
+
+    def read(self, size: int) -> asyncio.Future[ReadChunk | None]:
+        future: asyncio.Future[ReadChunk | None] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(self.side.read(size))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+    async def commit(self, start: int, results: list[Result]) -> None:
+        await asyncio.to_thread(self.side.commit, start, results)
+
+    def close(self) -> None:
+        self.side.drop()
+
+    def reap(self) -> None:
+        pass
+
+
+# -- results across the pipe ----------------------------------------------------------------
+class _Unpacked:
+    """A classification as the table side reads it back: the fields that a row's columns,
+    counts and review entry are made of."""
+
+    __slots__ = ("abstained", "label", "labels", "multi_label", "scores")
+
+    def __init__(
+        self, label: str | None, labels: list[str], scores: dict[str, float] | None, abstained: bool, multi: bool
+    ) -> None:
+        self.label = label
+        self.labels = labels
+        self.scores = scores
+        self.abstained = abstained
+        self.multi_label = multi
+
+
+def pack(results: Sequence[Result]) -> list[Any]:
+    """Results as the pipe carries them cheaply: a classification as a tuple of its fields, an
+    error as a :class:`CarriedError` of its kind and text (any error pickles so); anything else
+    (a questions job's outcomes) as it is."""
+    return [
+        (r.label, r.labels, r.scores, r.abstained, r.multi_label) if r.__class__ is Classification else _carried(r)
+        for r in results
+    ]
+
+
+def _carried(result: Any) -> Any:
+    if isinstance(result, BaseException):
+        return CarriedError(error_kind(result), error_text(result))
+    return result
+
+
+def unpack(packed: list[Any]) -> list[Result]:
+    """:func:`pack`'s results back (a classification as an object with its fields)."""
+    return [cast("Result", _Unpacked(*r)) if r.__class__ is tuple else r for r in packed]
+
+
+# -- the table process ----------------------------------------------------------------------
+class ForkedTables:
+    """The table side in a forked process, driven over two pipes (see the module docstring)."""
+
+    def __init__(self, side: TableSide) -> None:
+        self.loop = asyncio.get_running_loop()
+        inbox, to_child = Pipe(duplex=False)
+        from_child, outbox = Pipe(duplex=False)
+        for conn in (to_child, outbox):
+            _widen(conn)
+        # Frozen, the objects of this process are neither collected nor scanned until the job
+        # ends: a collection would write to every page of them, which the fork shares, and each
+        # page written is copied.
+        gc.freeze()
+        for stream in (sys.stdout, sys.stderr):  # else the child could write what is buffered again
+            with contextlib.suppress(Exception):
+                stream.flush()
+        self.pid = os.fork()
+        if self.pid == 0:  # the table process
+            code = 1
+            try:
+                to_child.close()
+                from_child.close()
+                code = _serve(side, inbox, outbox)
+            finally:
+                os._exit(code)
+        inbox.close()
+        outbox.close()
+        self._send_conn = to_child
+        self._recv_conn = from_child
+        self._waiting: deque[asyncio.Future[Any]] = deque()
+        self._failure: BaseException | None = None
+        self._exit: int | None = None
+        self.loop.add_reader(from_child.fileno(), self._on_reply)
+
+    async def any_left(self) -> bool:
+        return bool(await self._ask(("any",)))
+
+    def read(self, size: int) -> asyncio.Future[ReadChunk | None]:
+        return self._ask(("read", size))
+
+    async def commit(self, start: int, results: list[Result]) -> None:
+        await self._ask(("commit", start, pack(results)))
+
+    def _ask(self, request: tuple[Any, ...]) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = self.loop.create_future()
+        if self._failure is not None:
+            future.set_exception(self._failure)
+            return future
+        with contextlib.suppress(OSError):  # the table process is gone: its reply (or its end) says why
+            self._send_conn.send(request)
+        self._waiting.append(future)
+        return future
+
+    def _on_reply(self) -> None:
+        try:
+            while self._recv_conn.poll():
+                status, value = self._recv_conn.recv()
+                future = self._waiting.popleft()
+                if status == "ok":
+                    if not future.done():
+                        future.set_result(value)
+                else:
+                    self._fail(value, future)
+        except (EOFError, OSError):
+            self._fail(DataFileError(f"the job's table process (pid {self.pid}) ended unexpectedly"))
+
+    def _fail(self, error: BaseException, first: asyncio.Future[Any] | None = None) -> None:
+        """Every request waiting, and every later one, fails with ``error``."""
+        self.loop.remove_reader(self._recv_conn.fileno())
+        self._failure = error
+        for future in [*([first] if first is not None else []), *self._waiting]:
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: the job raises the first it awaits
+        self._waiting.clear()
+
+    def close(self) -> None:
+        """Tell the table process to end once the request it is on is answered."""
+        if self._send_conn.closed:
+            return
+        if self._failure is None:
+            self.loop.remove_reader(self._recv_conn.fileno())
+        with contextlib.suppress(OSError):
+            self._send_conn.send(("stop",))
+        self._send_conn.close()
+
+    def reap(self) -> None:
+        """Wait for the table process to end (killing it past :data:`STOP_SECONDS`)."""
+        self.close()
+        if self._exit is None:
+            self._exit = _wait(self.pid, STOP_SECONDS)
+            self._recv_conn.close()
+            gc.unfreeze()
+
+
+def _widen(conn: Connection) -> None:
+    with contextlib.suppress(OSError, AttributeError):  # a kernel that says no keeps its default
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
+def _wait(pid: int, seconds: float) -> int:
+    """The process's exit status, waited for up to ``seconds``, then killed."""
+    deadline = time.monotonic() + seconds
+    with contextlib.suppress(OSError, AttributeError):  # a kernel without process fds: polled
+        handle = os.pidfd_open(pid)
+        try:
+            select.select([handle], [], [], seconds)
+        finally:
+            os.close(handle)
+    delay = 0.0005
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
+    """The table process: answer each request in turn until told to stop, the job's end of the
+    pipe closes, or a request fails (its error is the last reply)."""
+    # Ctrl-C reaches the whole process group: the job stops this process itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)
+    gc.freeze()  # what the job's process holds is no garbage of this one
+    while True:
+        try:
+            request = inbox.recv()
+        except (EOFError, OSError):
+            return 0
+        op = request[0]
+        if op == "stop":
+            return 0
+        try:
+            if op == "any":
+                reply: Any = side.any_left()
+            elif op == "read":
+                reply = side.read(request[1])
+            else:
+                side.commit(request[1], unpack(request[2]))
+                reply = None
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                outbox.send(("error", _sendable(exc)))
+            return 1
+        try:
+            outbox.send(("ok", reply))
+        except OSError:
+            return 0
+
+
+def _sendable(error: BaseException) -> BaseException:
+    """``error``, or where it does not survive pickling, a :class:`DataFileError` of its text."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return DataFileError(error_text(error))
+    return error
