@@ -91,13 +91,15 @@ def _service_name(workers: int) -> str:
 class _Service:
     """A ``qwen-fast api`` process serving the saved classifier on a free port."""
 
-    def __init__(self, saved: str, workers: int, max_texts: int) -> None:
+    def __init__(self, saved: str, workers: int, max_texts: int, groups_in_flight: int | None = None) -> None:
         from langchain_qwen_fast.serving import free_port
 
         self.workers = workers
         self.port = free_port()
         command = [sys.executable, "-m", "langchain_qwen_fast.cli", "api", saved, "--port", str(self.port),
                    "--workers", str(workers)]  # fmt: skip
+        if groups_in_flight is not None:
+            command += ["--groups-in-flight", str(groups_in_flight)]
         if max_texts > _DEFAULT_MAX_TEXTS:  # only what the lists need: every other option at its default
             command += ["--max-texts", str(max_texts), "--max-queued-texts", str(max(4096, max_texts))]
         self.process = subprocess.Popen(command)
@@ -163,7 +165,9 @@ def measure(options: argparse.Namespace) -> ServiceListsReport:
         asyncio.run(classifier.abatch(run.fresh_texts(min(options.texts, 4096))))  # connections open, code warm
         with tempfile.TemporaryDirectory() as saved:
             classifier.save(saved)
-            services = [_Service(saved, count, options.list_texts) for count in options.workers]
+            services = [
+                _Service(saved, count, options.list_texts, options.groups_in_flight) for count in options.workers
+            ]
             for started in services:
                 started.ready(run.fresh_texts(options.list_texts))
                 load_test(run, "warm-up", _lists(started, run.fresh_texts(options.list_texts * options.clients),
@@ -321,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--client-processes", type=_positive, default=1, help="processes the clients run in")
     parser.add_argument("--workers", type=_counts, default=[1], help="qwen-fast api --workers counts, e.g. 1,4")
+    parser.add_argument("--groups-in-flight", type=_positive, help="qwen-fast api --groups-in-flight (default: its)")
     parser.add_argument("--rounds", type=_positive, default=3)
     parser.add_argument("--profile-seconds", type=float, default=0.0, help="py-spy the first service, last round")
     parser.add_argument("--out", default="out/service-lists")
