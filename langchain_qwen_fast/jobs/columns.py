@@ -74,6 +74,29 @@ def result_columns(result: Classification | BaseException, labels: Sequence[str]
     return row
 
 
+def result_table(
+    results: Sequence[Classification | BaseException], labels: Sequence[str], multi_label: bool
+) -> dict[str, list[Any]]:
+    """The added columns of many rows, a list each, in :func:`added_columns`' order: what
+    :func:`result_columns` gives row by row, made a column at a time."""
+    if any(isinstance(result, BaseException) for result in results):
+        rows = [result_columns(result, labels, multi_label) for result in results]
+        return {name: [row[name] for row in rows] for name in added_columns(labels, multi_label)}
+    classified: Sequence[Classification] = results  # type: ignore[assignment]
+    table: dict[str, list[Any]] = {"label": [result.label for result in classified]}
+    if multi_label:
+        table["labels"] = [list(result.labels) for result in classified]
+    scores = [result.scores or _NO_SCORES for result in classified]
+    for label, column in _probability_columns(labels).items():
+        table[column] = [given.get(label) for given in scores]
+    table["abstained"] = [result.abstained for result in classified]
+    table["error"] = [None] * len(classified)
+    return table
+
+
+_NO_SCORES: dict[str, float] = {}
+
+
 def _probability_columns(labels: Sequence[str]) -> dict[str, str]:
     """Each label's probability column, in the labels' order (named once a label set: a job
     asks for every row's)."""

@@ -51,7 +51,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -72,7 +72,7 @@ from langchain_qwen_fast.jobs.answerers import (
     check_no_classifier,
     named_classifier,
 )
-from langchain_qwen_fast.jobs.columns import error_text
+from langchain_qwen_fast.jobs.columns import error_text, result_table
 from langchain_qwen_fast.jobs.parts import (
     MANIFEST_VERSION,
     CommittedChunk,
@@ -87,7 +87,7 @@ from langchain_qwen_fast.jobs.review import ReviewChunk, ReviewOptions, write_re
 from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram, total
 from langchain_qwen_fast.jobs.table_side import ReadChunk, Tables, TableSide, open_tables
 from langchain_qwen_fast.jobs.tables import ROW_DIGEST_BYTES, STDIN, Format, InputRow, TextSource, format_of
-from langchain_qwen_fast.jobs.writers import OutputTable, join_parts, write_part
+from langchain_qwen_fast.jobs.writers import OutputTable, join_parts, write_columns, write_part
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.classifiers import QwenClassifier
@@ -348,6 +348,8 @@ class _Job:
         self.folder = WorkFolder(self.out, kinds[1])
         self.table: OutputTable | None = None
         self.renames: dict[str, str] = {}
+        #: the input's columns, as it names them (the output's, renamed: ``self.table.columns``)
+        self.source_columns: list[str] = []
         #: rows in finished chunks, and those of them with an input error (the error rate's)
         self.finished_rows = 0
         self.finished_errors = 0
@@ -385,6 +387,7 @@ class _Job:
                 f"{self.folder.path}: {columns} vs {manifest['columns']}{_AGAIN}"
             )
         self.renames = renamed_columns(columns, self.added)
+        self.source_columns = columns
         kept = [self.renames.get(name, name) for name in columns]
         self.table = OutputTable(self.kinds[1], kept, self.added, reader.arrow_schema, self.answerer.text_columns)
         classified = await self._stream(itertools.chain(first, rows), done, expected)
@@ -544,23 +547,43 @@ class _Job:
 
     def _write_chunk(self, start: int, chunk: list[InputRow], results: list[Result]) -> None:
         """Count, pick review entries and commit one chunk's rows (on the table side)."""
-        assert self.table is not None and len(results) == len(chunk)
+        table = self.table
+        assert table is not None and len(results) == len(chunk)
         counts = Counts()
         review = ReviewChunk(self.review) if self.review is not None else None
-        out_rows = []
         for offset, (row, result) in enumerate(zip(chunk, results)):
             counts.add(result)
             if review is not None and isinstance(row.text, str) and not isinstance(result, DecisionOutcome):
                 review.add(start + offset, row.text, result)
-            cells = {self.renames.get(k, k): v for k, v in row.cells.items()} if self.renames else row.cells
-            out_rows.append({**cells, **self.answerer.columns(result)})
         digest = {
             **counts.to_json(),
             "review": review.entries() if review is not None else [],
             "inputs": encode_digests([row.digest for row in chunk]),
         }
-        table = self.table
+        columns = self._columns(chunk, results)
+        if columns is not None:
+            self.folder.commit(start, digest, lambda path: write_columns(path, table, columns))
+            return
+        out_rows = []
+        for row, result in zip(chunk, results):
+            cells = {self.renames.get(k, k): v for k, v in row.cells.items()} if self.renames else row.cells
+            out_rows.append({**cells, **self.answerer.columns(result)})
         self.folder.commit(start, digest, lambda path: write_part(path, table, out_rows))
+
+    def _columns(self, chunk: list[InputRow], results: list[Result]) -> dict[str, list[Any]] | None:
+        """A classifier's chunk of a CSV or Parquet input, bound for CSV or Parquet, as the
+        output's columns (made a column at a time); None for the others, whose rows are made
+        one at a time (a JSONL row may hold keys that are no column, a questions job's answers
+        are its own)."""
+        table = self.table
+        if table is None or "jsonl" in self.kinds or not isinstance(self.answerer, LabelAnswerer):
+            return None
+        columns = {
+            name: [row.cells.get(source) for row in chunk] for source, name in zip(self.source_columns, table.columns)
+        }
+        answerer = self.answerer
+        columns.update(result_table(cast(Any, results), answerer.labels, answerer.multi_label))
+        return columns
 
     def _report_options(self) -> dict[str, Any]:
         """The options as the report shows them: questions given as objects by their names."""

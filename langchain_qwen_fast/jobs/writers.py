@@ -11,10 +11,12 @@ cell with :data:`~.tables.LABEL_SEPARATOR`.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -92,6 +94,8 @@ def _csv_column(values: list[Any]) -> list[Any]:
     if kinds <= _TEXT_KINDS:
         return ["" if v is None else v for v in values] if _NONE in kinds else values
     if kinds <= _FLOAT_KINDS:
+        if _NONE not in kinds:
+            return list(map(float.__repr__, values))
         return ["" if v is None else float.__repr__(v) for v in values]
     return list(map(_csv_cell, values))
 
@@ -99,6 +103,41 @@ def _csv_column(values: list[Any]) -> list[Any]:
 _NONE = type(None)
 _TEXT_KINDS = frozenset({str, _NONE})
 _FLOAT_KINDS = frozenset({float, _NONE})
+
+
+def _quoted(cells: list[str], quoting: re.Pattern[str]) -> list[str]:
+    """A column's cells as ``csv.writer`` puts them in a row: in double quotes, each quote
+    doubled, where ``quoting`` finds a character that needs it (searched once over the
+    column first: most columns have none)."""
+    if quoting.search("".join(cells)) is None:
+        return cells
+    search = quoting.search
+    return ['"' + cell.replace('"', '""') + '"' if search(cell) else cell for cell in cells]
+
+
+@functools.cache
+def _quoting() -> re.Pattern[str] | None:
+    """The characters for which this Python's ``csv.writer`` (minimal quoting, ``\\n`` ending
+    a line) quotes a cell of a row of several, found by asking it; None unless it quotes them
+    as :func:`_quoted` does and nothing else, checked on every cell of up to two characters
+    from those and others (then each part is written by ``csv.writer`` itself)."""
+
+    def written(row: Sequence[str]) -> str:
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerow(row)
+        return text.getvalue()
+
+    quoted = [c for c in ',"\n\r' if written([f"a{c}b", "x"]).startswith('"')]
+    if not quoted:
+        return None
+    quoting = re.compile(f"[{re.escape(''.join(quoted))}]")
+    alphabet = [",", '"', "\n", "\r", " ", "\t", "\x00", "a", "\u00e9", "\u2028"]
+    probes = ["", *alphabet, *(a + b for a in alphabet for b in alphabet)]
+    for cell in probes:
+        row = [cell, "x", cell]
+        if written(row) != ",".join(_quoted([c], quoting)[0] for c in row) + "\n":
+            return None
+    return quoting
 
 
 def write_part(path: Path, table: OutputTable, rows: Sequence[dict[str, Any]]) -> None:
@@ -114,22 +153,34 @@ def write_part(path: Path, table: OutputTable, rows: Sequence[dict[str, Any]]) -
                 f.write(lines + b"\n")
             _sync(f)
         return
+    columns = {name: [row.get(name) for row in rows] for name in table.header}
+    write_columns(path, table, columns)
+
+
+def write_columns(path: Path, table: OutputTable, columns: Mapping[str, list[Any]]) -> None:
+    """Write a CSV or Parquet part (as :func:`write_part` does) from its columns: each of the
+    table's :attr:`~OutputTable.header`, a list of values, all of one length."""
     if table.kind == "csv":
-        cells = [_csv_column([row.get(name) for row in rows]) for name in table.header]
+        cells = [_csv_column(columns[name]) for name in table.header]
+        quoting = _quoting() if len(cells) > 1 else None
         with path.open("w", newline="", encoding="utf-8") as text:
-            writer = csv.writer(text, lineterminator="\n")
-            writer.writerows(zip(*cells))
+            if quoting is None:
+                csv.writer(text, lineterminator="\n").writerows(zip(*cells))
+            elif cells[0]:
+                text.write("\n".join(map(",".join, zip(*(_quoted(column, quoting) for column in cells)))) + "\n")
             _sync(text)
         return
+    if table.kind != "parquet":
+        raise ValueError(f"a {table.kind} part is written from its rows (write_part)")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = table.schema()
     texts = {f.name for f in schema if pa.types.is_string(f.type)}
-    columns = {
-        name: [_text_cell(row.get(name)) if name in texts else row.get(name) for row in rows] for name in table.header
-    }
-    arrow_table = pa.Table.from_pydict(columns, schema=schema)
+    arrow_table = pa.Table.from_pydict(
+        {name: list(map(_text_cell, columns[name])) if name in texts else columns[name] for name in table.header},
+        schema=schema,
+    )
     with path.open("wb") as f:
         pq.write_table(arrow_table, f)
         _sync(f)
