@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
 from langchain_qwen_fast.errors import ConfigurationError, DeadlineExceeded, Overloaded
-from langchain_qwen_fast.serving.service.options import DEFAULT_MAX_QUEUED_TEXTS
+from langchain_qwen_fast.serving.service.options import DEFAULT_MAX_GROUP, DEFAULT_MAX_QUEUED_TEXTS
 
 if TYPE_CHECKING:
     from langchain_qwen_fast._core.classification import Classification
@@ -112,7 +112,7 @@ class MicroBatcher:
         engine: GroupEngine,
         *,
         max_wait: float = 0.0,
-        max_group: int = 256,
+        max_group: int = DEFAULT_MAX_GROUP,
         groups_in_flight: int | None = None,
         max_queued: int = DEFAULT_MAX_QUEUED_TEXTS,
         on_group: Callable[[int], object] | None = None,

@@ -15,6 +15,10 @@ from langchain_qwen_fast.serving.service.auth import APIKey
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 #: The most texts in one request by default (TEI's ``--max-client-batch-size`` is the same idea).
 DEFAULT_MAX_TEXTS = 1024
+#: The most texts in one group by default: a full list of the default size goes as one group
+#: (the classifier sends it as requests of 128 prompts, several in flight), and one call of
+#: that many texts costs the classifier less CPU a text than several smaller calls do.
+DEFAULT_MAX_GROUP = DEFAULT_MAX_TEXTS
 #: The most characters in one text by default: room for the longest contexts Qwen3 is served
 #: with; a text's length in tokens is still the vLLM server's to judge (422 ContextLengthError).
 DEFAULT_MAX_TEXT_CHARS = 65_536
@@ -74,8 +78,8 @@ class ServiceOptions:
     #: How long a group's first text waits for company, in milliseconds (0: it goes at once
     #: when a group slot is free).
     max_wait_ms: float = 0.0
-    #: The most texts grouped into one call.
-    max_group: int = 256
+    #: The most texts grouped into one call (single texts and lists' alike).
+    max_group: int = DEFAULT_MAX_GROUP
     #: Groups sent to vLLM at once (None: two a vLLM server, shared among the workers).
     groups_in_flight: int | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -123,6 +127,7 @@ class ServiceOptions:
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_CHOICES",
+    "DEFAULT_MAX_GROUP",
     "DEFAULT_MAX_QUESTIONS",
     "DEFAULT_MAX_QUEUED_TEXTS",
     "DEFAULT_MAX_TEXTS",
