@@ -15,7 +15,8 @@ job without it: ``python -m benchmarks.ray_classify``.)
 
 Memory (--memory): for each size, a fresh process generates a CSV of that many rows (row by
 row), runs the job on it and reports its peak resident memory (ru_maxrss) before and after the
-job; against a server, or (--canned) against the canned vLLM of the repository's tests
+job, and that of the job's table process (the process it forks to read and write its rows);
+against a server, or (--canned) against the canned vLLM of the repository's tests
 (tests/support/fake_vllm.py, in that process: no server, so far more rows per second than a
 CPU server gives).
 """
@@ -109,12 +110,14 @@ class JobSpeedReport:
 
 @dataclass
 class MemoryRun:
-    """One size of the memory run: peak resident memory after and before the job, the job's
-    time and rate, its failed rows, the input's size, and the server it ran against."""
+    """One size of the memory run: peak resident memory after and before the job (and of the
+    job's table process, which reads and writes its rows), the job's time and rate, its failed
+    rows, the input's size, and the server it ran against."""
 
     rows: int
     peak_rss_mib: float
     before_job_mib: float
+    table_process_peak_mib: float
     seconds: float
     rows_per_s: float
     errors: int
@@ -257,7 +260,8 @@ def run_memory(options: JobBenchOptions) -> MemoryReport:
                 raise MeasurementError(f"the memory run of {rows} rows failed: {type(exc).__name__}: {exc}") from exc
         sizes.append(row)
         print(
-            f"{rows:>9} rows: peak RSS {row.peak_rss_mib:.0f} MiB (before the job {row.before_job_mib:.0f} MiB), "
+            f"{rows:>9} rows: peak RSS {row.peak_rss_mib:.0f} MiB (before the job {row.before_job_mib:.0f} MiB; "
+            f"its table process {row.table_process_peak_mib:.0f} MiB), "
             f"{row.rows_per_s:.0f} rows/s, input {row.input_mib:.0f} MiB",
             flush=True,
         )
@@ -266,8 +270,8 @@ def run_memory(options: JobBenchOptions) -> MemoryReport:
     return report
 
 
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+def _peak_mib(who: int = resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024  # KiB on Linux
 
 
 def memory_run(rows: int, model: str, where: str, chunk_rows: int | None, in_flight: int) -> MemoryRun:
@@ -300,6 +304,7 @@ def memory_run(rows: int, model: str, where: str, chunk_rows: int | None, in_fli
         rows=rows,
         peak_rss_mib=round(_peak_mib(), 1),
         before_job_mib=round(before, 1),
+        table_process_peak_mib=round(_peak_mib(resource.RUSAGE_CHILDREN), 1),
         seconds=round(seconds, 1),
         rows_per_s=round(rows / seconds, 1),
         errors=report.errors,

@@ -1,0 +1,184 @@
+"""The job's table side: in a process of its own or in the job's, the same bytes; its failures
+come back to the job; results and parts made a column at a time are what they were row by row."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import pickle
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from langchain_qwen_fast.classification import Classification
+from langchain_qwen_fast.errors import DataFileError, InvalidInputError
+from langchain_qwen_fast.jobs import job as job_module
+from langchain_qwen_fast.jobs import table_side
+from langchain_qwen_fast.jobs.columns import CarriedError, error_text, result_columns, result_table
+from langchain_qwen_fast.jobs.job import classify_table
+from langchain_qwen_fast.jobs.parts import WorkFolder, work_folder
+from langchain_qwen_fast.jobs.summary import Counts
+from langchain_qwen_fast.jobs.writers import OutputTable, _csv_cell, write_columns, write_part
+from langchain_qwen_fast.testing.samples import headlines
+from tests.support.fake_vllm import FakeVLLM
+from tests.unit_tests.jobs.test_job import classifier, options, write_csv
+
+
+@pytest.fixture
+def fake() -> FakeVLLM:
+    return FakeVLLM()
+
+
+CELLS: list[Any] = [None, "", "plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "\r\n", " lead", "tab\t",
+                    "\x00", "é ü", "\u2028", 0.1, 1e-07, 1e16, -0.0, float("nan"), True, False, 3, 2**70,
+                    ["World", "Sports"], [], {"k": [1, "x,y"]}]  # fmt: skip
+
+
+def _written_by_csv_writer(path: Path, table: OutputTable, rows: list[dict[str, Any]]) -> None:
+    """A CSV part as the job wrote it before parts were made a column at a time: each cell
+    through ``_csv_cell``, each row through ``csv.writer``."""
+    with path.open("w", newline="", encoding="utf-8") as text:
+        csv.writer(text, lineterminator="\n").writerows([_csv_cell(row.get(n)) for n in table.header] for row in rows)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_csv_parts_are_the_bytes_csv_writer_gives_cell_by_cell(tmp_path: Path, seed: int) -> None:
+    shuffle = random.Random(seed)
+    table = OutputTable("csv", ["a", "b", "c"], ["label", "p_x", "abstained", "error"])
+    for trial in range(60):
+        kind = trial % 3  # columns of text, of numbers, or of anything
+        rows = []
+        for _ in range(shuffle.randint(0, 6)):
+            pool = [["x", "", None, "a,b", 'q"'], [0.5, None, 1e-09], CELLS][kind]
+            rows.append({name: shuffle.choice(pool) for name in table.header if shuffle.random() < 0.9})
+        expected, got = tmp_path / "expected.csv", tmp_path / "got.csv"
+        _written_by_csv_writer(expected, table, rows)
+        write_part(got, table, rows)
+        assert got.read_bytes() == expected.read_bytes(), rows
+        write_columns(got, table, {name: [row.get(name) for row in rows] for name in table.header})
+        assert got.read_bytes() == expected.read_bytes(), rows
+
+
+def test_jsonl_and_parquet_parts_from_rows_and_from_columns_agree(tmp_path: Path) -> None:
+    rows = [
+        {"a": "x,y", "label": "World", "p_x": 0.25, "abstained": False, "error": None},
+        {"a": None, "label": None, "p_x": None, "abstained": True, "error": "InvalidInputError: empty"},
+    ]
+    jsonl = OutputTable("jsonl", ["a"], ["label", "p_x", "abstained", "error"])
+    write_part(tmp_path / "p.jsonl", jsonl, rows)
+    assert (tmp_path / "p.jsonl").read_bytes() == b"".join(orjson.dumps(row) + b"\n" for row in rows)
+    parquet = OutputTable("parquet", ["a"], ["label", "p_x", "abstained", "error"])
+    write_part(tmp_path / "rows.parquet", parquet, rows)
+    write_columns(tmp_path / "columns.parquet", parquet, {n: [r[n] for r in rows] for n in parquet.header})
+    assert (tmp_path / "rows.parquet").read_bytes() == (tmp_path / "columns.parquet").read_bytes()
+
+
+def _classification(label: str | None, scores: dict[str, float] | None, *, multi: bool = False) -> Classification:
+    chosen = [label] if label is not None else []
+    return Classification(label=label, labels=chosen, scores=scores, abstained=label is None, scoring="label_tokens",
+                          multi_label=multi)  # fmt: skip
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_a_result_table_is_each_row_s_columns_a_column_at_a_time(multi: bool) -> None:
+    labels = ["World", "Sports"]
+    scored = _classification("World", {"World": 0.75, "Sports": 0.25}, multi=multi)
+    partial = _classification(None, {"Sports": 0.5}, multi=multi)
+    unscored = _classification("Sports", None, multi=multi)
+    for results in ([scored, partial, unscored], [scored, InvalidInputError("text is empty"), unscored], []):
+        table = result_table(results, labels, multi)
+        rows = [result_columns(result, labels, multi) for result in results]
+        assert table == {name: [row[name] for row in rows] for name in (rows[0] if rows else table)}
+        assert all(list(row) == list(table) for row in rows)
+
+
+def test_packed_results_give_the_same_columns_counts_and_error_text() -> None:
+    labels = ["World", "Sports"]
+    results: list[Any] = [
+        _classification("World", {"World": 0.75, "Sports": 0.25}),
+        _classification(None, {"World": 0.5, "Sports": 0.5}),
+        InvalidInputError("text is empty"),
+        DataFileError("line 9 is not CSV"),
+    ]
+    back = table_side.unpack(pickle.loads(pickle.dumps(table_side.pack(results))))
+    assert [result_columns(r, labels, False) for r in back] == [result_columns(r, labels, False) for r in results]
+    before, after = Counts(), Counts()
+    for original, unpacked in zip(results, back, strict=True):
+        before.add(original)
+        after.add(unpacked)
+    assert after == before and after.error_kinds == {"InvalidInputError": 1, "DataFileError": 1}
+    carried = back[2]
+    assert isinstance(carried, CarriedError) and error_text(carried) == "InvalidInputError: text is empty"
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
+def test_a_forked_table_side_writes_what_one_in_the_job_s_process_writes(
+    fake: FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    texts = headlines(170)
+    texts[3], texts[77] = "   ", 'a "quoted", text\r\nover lines'
+    source = tmp_path / "in.csv"
+    with source.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text", "label"])  # a column named like an added one: kept renamed
+        writer.writerows([i, t, "given"] for i, t in enumerate(texts))
+    outputs = []
+    for forked in (True, False):
+        monkeypatch.setattr(table_side, "forks", lambda forked=forked: forked)
+        name = "forked" if forked else "local"
+        out, review = tmp_path / f"{name}.{kind}", tmp_path / f"{name}-review.jsonl"
+        given = options(source, out, review_out=str(review), review_below=0.9, review_sample=3)
+        report = classify_table(given, classifier(fake.transport))
+        assert report.rows == 170 and report.errors == 1 and not work_folder(out).exists()
+        counts = (report.label_counts, report.abstained, report.error_kinds)
+        outputs.append((out.read_bytes(), review.read_bytes(), counts))
+    assert outputs[0] == outputs[1]
+
+
+def test_a_failure_on_the_table_side_stops_the_job_with_its_error_and_keeps_the_chunks_before(
+    fake: FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = write_csv(tmp_path / "in.csv", headlines(300))
+    out = tmp_path / "out.csv"
+    write = job_module.write_columns
+
+    def full_disk(path: Path, table: OutputTable, columns: Any) -> None:
+        if path.name.endswith("000000000150.csv"):
+            raise OSError(28, "No space left on device")
+        write(path, table, columns)
+
+    monkeypatch.setattr(job_module, "write_columns", full_disk)
+    assert table_side.forks()
+    with pytest.raises(OSError, match="No space left"):
+        classify_table(options(source, out, chunks_in_flight=2), classifier(fake.transport))
+    assert [chunk.start for chunk in WorkFolder(out, "csv").chunks()] == [0, 50, 100]
+    monkeypatch.setattr(job_module, "write_columns", write)
+    report = classify_table(options(source, out), classifier(fake.transport))
+    assert report.resumed_rows == 150 and report.rows == 300
+
+
+def test_a_table_process_that_ends_without_a_word_is_named(
+    fake: FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = write_csv(tmp_path / "in.csv", headlines(120))
+    out = tmp_path / "out.csv"
+    monkeypatch.setattr(job_module, "write_columns", lambda *_: os._exit(9))
+    with pytest.raises(DataFileError, match=r"table process .* ended unexpectedly"):
+        classify_table(options(source, out), classifier(fake.transport))
+    assert not out.exists()
+
+
+def test_the_quoting_found_is_csv_writer_s() -> None:
+    from langchain_qwen_fast.jobs import writers
+
+    quoting = writers._quoting()
+    assert quoting is not None
+    for cell in CELLS:
+        if isinstance(cell, str):
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerow([cell, "x"])
+            assert text.getvalue() == f"{writers._quoted([cell], quoting)[0]},x\n"
