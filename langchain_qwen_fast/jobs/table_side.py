@@ -273,6 +273,9 @@ class ForkedTables:
         if self._failure is not None:
             future.set_exception(self._failure)
             return future
+        if self._send_conn.closed:
+            future.set_exception(DataFileError("the job's table process was stopped"))
+            return future
         with contextlib.suppress(OSError):  # the table process is gone: its reply (or its end) says why
             self._send_conn.send(request)
         self._waiting.append(future)
@@ -302,7 +305,8 @@ class ForkedTables:
         self._waiting.clear()
 
     def close(self) -> None:
-        """Tell the table process to end once the request it is on is answered."""
+        """Tell the table process to end once the request it is on is done. The replies still
+        to come are not read: sending one, it ends."""
         if self._send_conn.closed:
             return
         if self._failure is None:
@@ -310,13 +314,13 @@ class ForkedTables:
         with contextlib.suppress(OSError):
             self._send_conn.send(("stop",))
         self._send_conn.close()
+        self._recv_conn.close()
 
     def reap(self) -> None:
         """Wait for the table process to end (killing it past :data:`STOP_SECONDS`)."""
         self.close()
         if self._exit is None:
             self._exit = _wait(self.pid, STOP_SECONDS)
-            self._recv_conn.close()
             gc.unfreeze()
 
 
