@@ -51,41 +51,45 @@ def default_groups_in_flight(replicas: int, processes: int = 1) -> int:
 
 
 class _Ticket:
-    """One caller's texts: their outcomes in order (each a result or an exception), how many
-    are still to come, and the one future the caller awaits for them all (cancelling it takes
-    every text of the caller out)."""
+    """One caller's texts: their values, their outcomes in order (each a result or an
+    exception), how many are still to come, the one future the caller awaits for them all
+    (cancelling it takes every text of the caller out) and the spans its texts are in."""
 
-    __slots__ = ("future", "items", "outcomes", "remaining")
+    __slots__ = ("future", "outcomes", "remaining", "spans", "values")
 
-    def __init__(self, future: asyncio.Future[list[Any]], count: int) -> None:
+    def __init__(self, future: asyncio.Future[list[Any]], values: Sequence[Any]) -> None:
         self.future = future
-        self.outcomes: list[Any] = [None] * count
-        self.remaining = count
-        self.items: list[_Item] = []
+        self.values = values
+        self.outcomes: list[Any] = [None] * len(values)
+        self.remaining = len(values)
+        self.spans: list[_Span] = []
 
 
-class _Item:
-    """One text in the batcher: its value, its caller's ticket and place there, and its group
-    once it has one (None while it waits in line)."""
+class _Span:
+    """A run of one caller's texts, ``values[start:stop]`` of its ticket: in line while
+    ``group`` is None, else in that group. A caller's texts are one span in line; a group that
+    takes part of it splits it. So the line costs a caller, not a text."""
 
-    __slots__ = ("group", "index", "ticket", "value")
+    __slots__ = ("group", "start", "stop", "ticket")
 
-    def __init__(self, value: Any, ticket: _Ticket, index: int) -> None:
-        self.value = value
+    def __init__(self, ticket: _Ticket, start: int, stop: int) -> None:
         self.ticket = ticket
-        self.index = index
+        self.start = start
+        self.stop = stop
         self.group: _Group | None = None
+        ticket.spans.append(self)
 
 
 class _Group:
-    """Texts sent together; ``live`` counts those whose callers still wait for them,
-    ``finished`` is set once the group's outcomes are handed out (or it ended)."""
+    """Texts sent together, as spans; ``live`` counts the spans whose callers still wait for
+    them, ``finished`` is set once the group's outcomes are handed out (or it ended)."""
 
-    __slots__ = ("finished", "items", "live", "task")
+    __slots__ = ("finished", "live", "size", "spans", "task")
 
-    def __init__(self, items: list[_Item]) -> None:
-        self.items = items
-        self.live = len(items)
+    def __init__(self, spans: list[_Span]) -> None:
+        self.spans = spans
+        self.size = sum(span.stop - span.start for span in spans)
+        self.live = len(spans)
         self.finished = False
         self.task: asyncio.Task[None] | None = None
 
@@ -125,8 +129,8 @@ class MicroBatcher:
         self.groups_in_flight = groups_in_flight
         self.max_queued = max_queued
         self._on_group = on_group
-        self._waiting: deque[_Item] = deque()
-        #: cancelled items still in ``_waiting`` (an estimate that only decides when to sweep)
+        self._waiting: deque[_Span] = deque()
+        #: cancelled spans still in ``_waiting`` (an estimate that only decides when to sweep)
         self._dead = 0
         self._queued = 0
         self._arrived: asyncio.Event | None = None
@@ -143,8 +147,8 @@ class MicroBatcher:
 
     @property
     def line_entries(self) -> int:
-        """Entries the line keeps in memory: the texts waiting, and those whose callers left
-        and that are not swept out yet."""
+        """Entries the line keeps in memory: one for each caller's texts waiting (a run of a
+        list's texts is one), and those whose callers left and that are not swept out yet."""
         return len(self._waiting)
 
     @property
@@ -176,10 +180,9 @@ class MicroBatcher:
         if self._arrived is None or self._worker is None or self._worker.done():
             self._arrived = asyncio.Event()
             self._worker = asyncio.create_task(self._collect(self._arrived))
-        ticket = _Ticket(asyncio.get_running_loop().create_future(), len(values))
-        ticket.items = [_Item(value, ticket, index) for index, value in enumerate(values)]
+        ticket = _Ticket(asyncio.get_running_loop().create_future(), values)
         ticket.future.add_done_callback(functools.partial(self._left, ticket))
-        self._waiting.extend(ticket.items)
+        self._waiting.append(_Span(ticket, 0, len(values)))
         self._queued += len(values)
         self._arrived.set()
         return ticket.future
@@ -234,10 +237,10 @@ class MicroBatcher:
         cancelled)."""
         if not future.cancelled():
             return
-        for item in ticket.items:
-            group = item.group
+        for span in ticket.spans:
+            group = span.group
             if group is None:
-                self._queued -= 1
+                self._queued -= span.stop - span.start
                 self._dead += 1
             elif not group.finished:
                 group.live -= 1
@@ -246,60 +249,70 @@ class MicroBatcher:
         if self._dead > 64 and self._dead * 2 > len(self._waiting):
             # Swept now and then rather than removed one by one: each removal from the
             # middle of a deque is a scan, a sweep is one for many.
-            self._waiting = deque(i for i in self._waiting if not i.ticket.future.done())
+            self._waiting = deque(span for span in self._waiting if not span.ticket.future.done())
             self._dead = 0
 
-    def _fill(self, group: list[_Item]) -> None:
-        while len(group) < self.max_group and self._waiting:
-            item = self._waiting.popleft()
-            if not item.ticket.future.done():
-                group.append(item)
+    def _fill(self, spans: list[_Span], size: int) -> int:
+        """Take waiting texts into ``spans`` (of ``size`` texts) up to ``max_group`` texts,
+        splitting the last span taken where it does not fit whole; the new size."""
+        while size < self.max_group and self._waiting:
+            span = self._waiting[0]
+            if span.ticket.future.done():
+                self._waiting.popleft()
+                continue
+            room = self.max_group - size
+            if span.stop - span.start > room:  # the rest stays first in line
+                taken = _Span(span.ticket, span.start, span.start + room)
+                span.start += room
+            else:
+                taken = self._waiting.popleft()
+            spans.append(taken)
+            size += taken.stop - taken.start
+        return size
 
     async def _collect(self, arrived: asyncio.Event) -> None:
         slots = asyncio.Semaphore(self.groups_in_flight or default_groups_in_flight(self.engine.replica_count))
         while True:
             await slots.acquire()
-            items: list[_Item] = []
-            while True:
-                self._fill(items)
-                if items:
-                    break
+            spans: list[_Span] = []
+            while not self._fill(spans, 0):
                 arrived.clear()
                 await arrived.wait()
             if self.max_wait > 0:
-                await self._wait_for_company(arrived, items)
+                await self._wait_for_company(arrived, spans)
                 # A caller that left meanwhile took its texts out of the count already.
-                items = [item for item in items if not item.ticket.future.done()]
-                if not items:
+                spans = [span for span in spans if not span.ticket.future.done()]
+                if not spans:
                     slots.release()
                     continue
-            group = _Group(items)
-            for item in items:
-                item.group = group
+            group = _Group(spans)
+            for span in spans:
+                span.group = group
             group.task = task = asyncio.create_task(self._run(group))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             task.add_done_callback(lambda _: slots.release())
 
-    async def _wait_for_company(self, arrived: asyncio.Event, items: list[_Item]) -> None:
+    async def _wait_for_company(self, arrived: asyncio.Event, spans: list[_Span]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wait
-        while len(items) < self.max_group:
-            self._fill(items)
+        size = sum(span.stop - span.start for span in spans)
+        while size < self.max_group:
+            size = self._fill(spans, size)
             timeout = deadline - loop.time()
-            if len(items) >= self.max_group or timeout <= 0:
+            if size >= self.max_group or timeout <= 0:
                 return
             arrived.clear()
             try:
                 await asyncio.wait_for(arrived.wait(), timeout)
             except asyncio.TimeoutError:
-                self._fill(items)
+                self._fill(spans, size)
                 return
 
     async def _run(self, group: _Group) -> None:
-        items = group.items
+        spans, size = group.spans, group.size
         if self._on_group is not None:
-            self._on_group(len(items))
+            self._on_group(size)
         results: list[Any]
         handed_out = False
         try:
@@ -308,27 +321,31 @@ class MicroBatcher:
                 # prompt lists, as a batch's own requests are at full load; a request a text where not.
                 if self._takes_prompt_lists is None:  # learnt once, by the set-up
                     self._takes_prompt_lists = (await self.engine.aprepare()).takes_prompt_lists
-                requests = -(-len(items) // MAX_BATCH_SIZE) if self._takes_prompt_lists else len(items)
-                results = await self.engine.aclassify([item.value for item in items], max_concurrency=requests)
+                requests = -(-size // MAX_BATCH_SIZE) if self._takes_prompt_lists else size
+                values = [v for span in spans for v in span.ticket.values[span.start : span.stop]]
+                results = await self.engine.aclassify(values, max_concurrency=requests)
             except Exception as exc:  # the group itself failed: every caller hears why
-                results = [exc] * len(items)
-            self._finished.append((time.monotonic(), len(items)))
-            for item, result in zip(items, results, strict=True):
-                ticket = item.ticket
-                if ticket.future.done():
-                    continue
-                ticket.outcomes[item.index] = result
-                ticket.remaining -= 1
-                if not ticket.remaining:
-                    ticket.future.set_result(ticket.outcomes)
+                results = [exc] * size
+            if len(results) != size:
+                raise RuntimeError(f"the engine answered {len(results)} outcomes for {size} texts")
+            self._finished.append((time.monotonic(), size))
+            offset = 0
+            for span in spans:
+                ticket, count = span.ticket, span.stop - span.start
+                if not ticket.future.done():
+                    ticket.outcomes[span.start : span.stop] = results[offset : offset + count]
+                    ticket.remaining -= count
+                    if not ticket.remaining:
+                        ticket.future.set_result(ticket.outcomes)
+                offset += count
             handed_out = True
         finally:
             group.finished = True
-            self._queued -= len(items)
+            self._queued -= size
             if not handed_out:  # cancelled (closed, or every caller left): none waits forever
-                for item in items:
-                    if not item.ticket.future.done():
-                        item.ticket.future.cancel()
+                for span in spans:
+                    if not span.ticket.future.done():
+                        span.ticket.future.cancel()
 
 
 __all__ = [
