@@ -23,9 +23,10 @@
   :mod:`.schema`) states each constraint the service enforces and each status it answers, so
   that clients generated from it agree with the service;
   ``tests/unit_tests/serving/test_api_schema.py`` fuzzes the service from it.
-* Single texts are grouped: at most ``groups_in_flight`` groups go to vLLM at once, and texts
-  that arrive while all are busy go together as the next (up to ``max_group``). Many clients
-  each sending one text get batch throughput; a lone text goes at once.
+* Texts are grouped: at most ``groups_in_flight`` groups go to vLLM at once, and texts that
+  arrive while all are busy go together as the next (up to ``max_group``), single texts and
+  lists' alike. Many clients each sending one text get batch throughput; a lone text goes at
+  once; a list of the default size goes as one group.
 * ``GET /health`` (liveness: never calls vLLM), ``GET /ready`` (readiness: the set-up is done
   and a vLLM server answers, within a short timeout: :mod:`.readiness`), ``GET /metrics``
   (Prometheus: requests, latency, group sizes, errors: :mod:`.metrics`) and OpenAPI docs at
