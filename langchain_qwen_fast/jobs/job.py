@@ -9,7 +9,10 @@ one engine call (several chunks in flight, so that the servers always have the n
 while a chunk is written), and written, in input order, as a part file of the work folder
 (:mod:`.parts`, :mod:`.writers`). Memory holds the chunks in flight, not the table. Each output
 row is the input row's cells and the columns its answerer adds (:mod:`.answerers`: a
-classifier's labels, :mod:`.columns`, or the questions', :mod:`.questions`).
+classifier's labels, :mod:`.columns`, or the questions', :mod:`.questions`). Reading and
+writing are the table side's (:mod:`.table_side`): on Linux a process forked from the job's
+once its input is open, so that the process that drives the classifier does little more per
+row than ``QwenClassifier.abatch`` does.
 
 Rules that keep every row once, in order, and nothing else's:
 
@@ -31,8 +34,9 @@ Rules that keep every row once, in order, and nothing else's:
   (:class:`ConfigurationError`) at the first that differs, naming it, or when the input ends
   before them. Started again with other options, it refuses too, naming what differs, unless
   ``fresh``; a work folder with no finished chunk is simply started over.
-* **One run at a time.** A run holds the work folder's lock for its life; a second run on the
-  same output refuses at once. ``review_out`` may be neither the input nor the output, nor the
+* **One run at a time.** A run holds the work folder's lock for its life (its table process
+  with it, which it waits for before letting go); a second run on the same output refuses at
+  once. ``review_out`` may be neither the input nor the output, nor the
   output the input.
 
 At the end the parts are joined into the output, and the report (``OUTPUT.report.json``), the

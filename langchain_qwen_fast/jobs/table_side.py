@@ -155,7 +155,10 @@ def open_tables(side: TableSide, *, forked: bool | None = None) -> Tables:
     """``side`` in a process of its own (``forked``; default: :func:`forks`), else in this one;
     called from the job's event loop."""
     if forked if forked is not None else forks():
-        return ForkedTables(side)
+        try:
+            return ForkedTables(side)
+        except OSError:  # no process to be had (a limit, memory): the job's process does it all
+            pass
     return LocalTables(side)
 
 
@@ -241,7 +244,13 @@ class ForkedTables:
         for stream in (sys.stdout, sys.stderr):  # else the child could write what is buffered again
             with contextlib.suppress(Exception):
                 stream.flush()
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except OSError:
+            gc.unfreeze()
+            for conn in (inbox, to_child, from_child, outbox):
+                conn.close()
+            raise
         if self.pid == 0:  # the table process
             code = 1
             try:
