@@ -182,3 +182,19 @@ def test_the_quoting_found_is_csv_writer_s() -> None:
             text = io.StringIO()
             csv.writer(text, lineterminator="\n").writerow([cell, "x"])
             assert text.getvalue() == f"{writers._quoted([cell], quoting)[0]},x\n"
+
+
+def test_a_fork_that_fails_leaves_the_rows_to_the_job_s_process(
+    fake: FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = write_csv(tmp_path / "in.csv", headlines(120))
+    expected = tmp_path / "expected.csv"
+    classify_table(options(source, expected), classifier(fake.transport))
+
+    def no_fork() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(table_side.os, "fork", no_fork)
+    out = tmp_path / "out.csv"
+    report = classify_table(options(source, out), classifier(fake.transport))
+    assert report.rows == 120 and out.read_bytes() == expected.read_bytes()
