@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -91,15 +92,14 @@ def _service_name(workers: int) -> str:
 class _Service:
     """A ``qwen-fast api`` process serving the saved classifier on a free port."""
 
-    def __init__(self, saved: str, workers: int, max_texts: int, groups_in_flight: int | None = None) -> None:
+    def __init__(self, saved: str, workers: int, max_texts: int, more: Sequence[str] = ()) -> None:
         from langchain_qwen_fast.serving import free_port
 
         self.workers = workers
         self.port = free_port()
         command = [sys.executable, "-m", "langchain_qwen_fast.cli", "api", saved, "--port", str(self.port),
                    "--workers", str(workers)]  # fmt: skip
-        if groups_in_flight is not None:
-            command += ["--groups-in-flight", str(groups_in_flight)]
+        command += more
         if max_texts > _DEFAULT_MAX_TEXTS:  # only what the lists need: every other option at its default
             command += ["--max-texts", str(max_texts), "--max-queued-texts", str(max(4096, max_texts))]
         self.process = subprocess.Popen(command)
@@ -166,7 +166,7 @@ def measure(options: argparse.Namespace) -> ServiceListsReport:
         with tempfile.TemporaryDirectory() as saved:
             classifier.save(saved)
             services = [
-                _Service(saved, count, options.list_texts, options.groups_in_flight) for count in options.workers
+                _Service(saved, count, options.list_texts, shlex.split(options.api_args)) for count in options.workers
             ]
             for started in services:
                 started.ready(run.fresh_texts(options.list_texts))
@@ -325,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--client-processes", type=_positive, default=1, help="processes the clients run in")
     parser.add_argument("--workers", type=_counts, default=[1], help="qwen-fast api --workers counts, e.g. 1,4")
-    parser.add_argument("--groups-in-flight", type=_positive, help="qwen-fast api --groups-in-flight (default: its)")
+    parser.add_argument("--api-args", default="", help="more qwen-fast api options, e.g. '--groups-in-flight 4'")
     parser.add_argument("--rounds", type=_positive, default=3)
     parser.add_argument("--profile-seconds", type=float, default=0.0, help="py-spy the first service, last round")
     parser.add_argument("--out", default="out/service-lists")
