@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import re
 import sys
 from abc import ABC, abstractmethod
@@ -147,10 +148,22 @@ class CsvReader(TableReader):
     def rows(self) -> Iterator[InputRow]:
         with self._open_text() as f:
             header: list[str] | None = None
-            lines: list[str] = []  # the lines of the record just read
-            for line, record in _csv_records(f, lines):
-                raw = lines[0] if len(lines) == 1 else "".join(lines)
-                lines.clear()
+            column = self.text.column
+            # The parser reads one copy of the lines; the other gives each record's own lines
+            # once it is parsed (both in C: every row passes here).
+            parsed, lines = itertools.tee(f)
+            records = csv.reader(parsed)
+            taken = 0
+            while True:
+                try:
+                    record: list[str] | csv.Error = next(records)
+                except StopIteration:
+                    return
+                except csv.Error as exc:
+                    record = exc
+                line = records.line_num
+                raw = "".join(itertools.islice(lines, line - taken))
+                taken = line
                 digest = row_digest(raw.encode("utf-8", errors="surrogateescape"))
                 if isinstance(record, csv.Error):
                     if header is None:
@@ -166,6 +179,11 @@ class CsvReader(TableReader):
                     self.columns = header
                     if not self.ag_news:
                         continue  # the header is no row
+                if len(record) == len(header) and not self.ag_news and raw.isascii():
+                    cells = dict(zip(header, record))
+                    if column in cells:  # the usual row: whole, readable, its text in its column
+                        yield InputRow(f"line {line}", cells, cells[column], None, digest)
+                        continue
                 row = self._row(f"line {line}", header, record, raw.isascii())
                 row.digest = digest
                 yield row
@@ -357,11 +375,10 @@ def table_reader(
     return ParquetReader(path, text, stream=stream)
 
 
-def _csv_records(f: IO[str], lines: list[str] | None = None) -> Iterator[tuple[int, list[str] | csv.Error]]:
+def _csv_records(f: IO[str]) -> Iterator[tuple[int, list[str] | csv.Error]]:
     """Each CSV record with the line it ends on, or the error reading it raised (reading then
-    goes on at the next line). ``lines``: each line read is added to it (the reader takes the
-    lines of one record at a time, so between two records it holds the lines of one)."""
-    records = csv.reader(f if lines is None else _kept(f, lines))
+    goes on at the next line)."""
+    records = csv.reader(f)
     while True:
         try:
             record: list[str] | csv.Error = next(records)
@@ -370,12 +387,6 @@ def _csv_records(f: IO[str], lines: list[str] | None = None) -> Iterator[tuple[i
         except csv.Error as exc:
             record = exc
         yield records.line_num, record
-
-
-def _kept(f: IO[str], lines: list[str]) -> Iterator[str]:
-    for line in f:
-        lines.append(line)
-        yield line
 
 
 def _keys_of(line: bytes) -> list[str]:
