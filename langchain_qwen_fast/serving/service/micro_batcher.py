@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
-from langchain_qwen_fast.errors import ConfigurationError, DeadlineExceeded, Overloaded
+from langchain_qwen_fast.errors import ConfigurationError, DeadlineExceeded, Overloaded, ResponseFormatError
 from langchain_qwen_fast.serving.service.options import DEFAULT_MAX_GROUP, DEFAULT_MAX_QUEUED_TEXTS
 
 if TYPE_CHECKING:
@@ -324,10 +324,10 @@ class MicroBatcher:
                 requests = -(-size // MAX_BATCH_SIZE) if self._takes_prompt_lists else size
                 values = [v for span in spans for v in span.ticket.values[span.start : span.stop]]
                 results = await self.engine.aclassify(values, max_concurrency=requests)
+                if len(results) != size:  # what no caller's slice could be cut from
+                    raise ResponseFormatError(f"the classifier answered {len(results)} outcomes for {size} texts")
             except Exception as exc:  # the group itself failed: every caller hears why
                 results = [exc] * size
-            if len(results) != size:
-                raise RuntimeError(f"the engine answered {len(results)} outcomes for {size} texts")
             self._finished.append((time.monotonic(), size))
             offset = 0
             for span in spans:

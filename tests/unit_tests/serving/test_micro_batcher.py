@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from langchain_qwen_fast.errors import Overloaded
+from langchain_qwen_fast.errors import Overloaded, ResponseFormatError
 from langchain_qwen_fast.serving.service.micro_batcher import (
     GROUPS_IN_FLIGHT_PER_REPLICA,
     MAX_RETRY_AFTER,
@@ -176,6 +176,18 @@ async def test_a_failed_set_up_reaches_every_caller_of_the_group() -> None:
     batcher = MicroBatcher(Down(), groups_in_flight=1)  # type: ignore[arg-type]
     done = await asyncio.gather(*(batcher.classify(t) for t in "xyz"), return_exceptions=True)
     assert all(isinstance(e, ConnectionError) and "down" in str(e) for e in done)
+
+
+async def test_an_answer_short_of_outcomes_fails_the_group_for_every_caller() -> None:
+    class Short(HeldClassifier):
+        async def aclassify(self, values: list[str], *, max_concurrency: int) -> list[Any]:
+            return [f"label of {v}" for v in values[1:]]
+
+    classifier = Short()
+    batcher = MicroBatcher(classifier, groups_in_flight=1)  # type: ignore[arg-type]
+    outcomes = await batcher.classify_many(["a", "b", "c"])
+    assert all(isinstance(o, ResponseFormatError) and "2 outcomes for 3 texts" in str(o) for o in outcomes)
+    assert batcher.queued == 0
 
 
 @pytest.mark.parametrize(("replicas", "processes", "each"), [(1, 1, 2), (4, 1, 8), (1, 4, 1), (4, 8, 1), (4, 2, 4)])
