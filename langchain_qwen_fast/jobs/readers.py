@@ -152,16 +152,8 @@ class CsvReader(TableReader):
             # The parser reads one copy of the lines; the other gives each record's own lines
             # once it is parsed (both in C: every row passes here).
             parsed, lines = itertools.tee(f)
-            records = csv.reader(parsed)
             taken = 0
-            while True:
-                try:
-                    record: list[str] | csv.Error = next(records)
-                except StopIteration:
-                    return
-                except csv.Error as exc:
-                    record = exc
-                line = records.line_num
+            for line, record in _csv_records(parsed):
                 raw = "".join(itertools.islice(lines, line - taken))
                 taken = line
                 digest = row_digest(raw.encode("utf-8", errors="surrogateescape"))
