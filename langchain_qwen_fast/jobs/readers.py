@@ -32,7 +32,7 @@ import itertools
 import re
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -367,7 +367,7 @@ def table_reader(
     return ParquetReader(path, text, stream=stream)
 
 
-def _csv_records(f: IO[str]) -> Iterator[tuple[int, list[str] | csv.Error]]:
+def _csv_records(f: Iterable[str]) -> Iterator[tuple[int, list[str] | csv.Error]]:
     """Each CSV record with the line it ends on, or the error reading it raised (reading then
     goes on at the next line)."""
     records = csv.reader(f)
