@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from itertools import repeat
+from operator import attrgetter
+from typing import Any, cast
 
 from langchain_qwen_fast.classification import Classification
 
@@ -83,17 +85,92 @@ def result_table(
         rows = [result_columns(result, labels, multi_label) for result in results]
         return {name: [row[name] for row in rows] for name in added_columns(labels, multi_label)}
     classified: Sequence[Classification] = results  # type: ignore[assignment]
-    table: dict[str, list[Any]] = {"label": [result.label for result in classified]}
-    if multi_label:
-        table["labels"] = [list(result.labels) for result in classified]
-    scores = [result.scores or _NO_SCORES for result in classified]
+    return classified_table(ClassifiedColumns.of(classified, multi_label), labels)
+
+
+class ClassifiedColumns:
+    """Classifications of many rows (none an error), a list per field: what the added columns
+    and the counts are made of a column at a time, and what one process of a job sends
+    another (lists pickle for less than objects). ``labels`` (each row's chosen labels) is
+    given under multi-label only."""
+
+    __slots__ = ("abstained", "label", "labels", "multi_label", "scores")
+
+    def __init__(
+        self,
+        label: list[str | None],
+        labels: list[list[str]] | None,
+        scores: list[dict[str, float] | None],
+        abstained: list[bool],
+        multi_label: bool,
+    ) -> None:
+        self.label = label
+        self.labels = labels
+        self.scores = scores
+        self.abstained = abstained
+        self.multi_label = multi_label
+
+    @classmethod
+    def of(cls, results: Sequence[Classification], multi_label: bool) -> ClassifiedColumns:
+        """The columns of ``results`` (their ``multi_label`` as given)."""
+        labels = [list(result.labels) for result in results] if multi_label else None
+        return cls(
+            list(map(_LABEL, results)), labels, list(map(_SCORES, results)), list(map(_ABSTAINED, results)), multi_label
+        )
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ClassifiedColumns, (self.label, self.labels, self.scores, self.abstained, self.multi_label))
+
+    def rows(self) -> list[Classification]:
+        """Each row as an object with a classification's fields (for what reads a row at a time)."""
+        chosen = self.labels if self.labels is not None else [[]] * len(self.label)
+        return [
+            cast(Classification, _Fields(*fields))
+            for fields in zip(self.label, chosen, self.scores, self.abstained, repeat(self.multi_label))
+        ]
+
+
+class _Fields:
+    """One row of :class:`ClassifiedColumns`, with the fields a row's columns, counts and
+    review entry are made of."""
+
+    __slots__ = ("abstained", "label", "labels", "multi_label", "scores")
+
+    def __init__(
+        self, label: str | None, labels: list[str], scores: dict[str, float] | None, abstained: bool, multi: bool
+    ) -> None:
+        self.label = label
+        self.labels = labels
+        self.scores = scores
+        self.abstained = abstained
+        self.multi_label = multi
+
+
+def classified_table(chunk: ClassifiedColumns, labels: Sequence[str]) -> dict[str, list[Any]]:
+    """:func:`result_table` of rows none of which failed, from their columns."""
+    table: dict[str, list[Any]] = {"label": chunk.label}
+    if chunk.multi_label:
+        table["labels"] = [list(chosen) for chosen in chunk.labels or [[]] * len(chunk)]
+    scores: list[Any] = chunk.scores
+    if not all(scores):
+        scores = [given or _NO_SCORES for given in scores]
+    dicts = set(map(type, scores)) <= {dict}  # else each mapping's own get
     for label, column in _probability_columns(labels).items():
-        table[column] = [given.get(label) for given in scores]
-    table["abstained"] = [result.abstained for result in classified]
-    table["error"] = [None] * len(classified)
+        if dicts:
+            table[column] = list(map(dict.get, scores, repeat(label)))
+        else:
+            table[column] = [given.get(label) for given in scores]
+    table["abstained"] = chunk.abstained
+    table["error"] = [None] * len(chunk)
     return table
 
 
+_LABEL = attrgetter("label")
+_SCORES = attrgetter("scores")
+_ABSTAINED = attrgetter("abstained")
 _NO_SCORES: dict[str, float] = {}
 
 

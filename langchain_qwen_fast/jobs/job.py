@@ -52,7 +52,7 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -76,7 +76,7 @@ from langchain_qwen_fast.jobs.answerers import (
     check_no_classifier,
     named_classifier,
 )
-from langchain_qwen_fast.jobs.columns import error_text, result_table
+from langchain_qwen_fast.jobs.columns import ClassifiedColumns, classified_table, error_text, result_table
 from langchain_qwen_fast.jobs.parts import (
     MANIFEST_VERSION,
     CommittedChunk,
@@ -549,16 +549,25 @@ class _Job:
             )
         return len(failed)
 
-    def _write_chunk(self, start: int, chunk: list[InputRow], results: list[Result]) -> None:
-        """Count, pick review entries and commit one chunk's rows (on the table side)."""
+    def _write_chunk(self, start: int, chunk: list[InputRow], results: Sequence[Result]) -> None:
+        """Count, pick review entries and commit one chunk's rows (on the table side). A chunk
+        classified without error may come as its :class:`ClassifiedColumns`: counted and made
+        into the output's columns a column at a time where no review is picked and the output
+        is made of columns."""
         table = self.table
         assert table is not None and len(results) == len(chunk)
         counts = Counts()
         review = ReviewChunk(self.review) if self.review is not None else None
-        for offset, (row, result) in enumerate(zip(chunk, results)):
-            counts.add(result)
-            if review is not None and isinstance(row.text, str) and not isinstance(result, DecisionOutcome):
-                review.add(start + offset, row.text, result)
+        if isinstance(results, ClassifiedColumns):
+            if review is None and self._by_columns() and results.multi_label == self.multi_label:
+                counts.add_classified(results)
+            else:
+                results = results.rows()
+        if not isinstance(results, ClassifiedColumns):
+            for offset, (row, result) in enumerate(zip(chunk, results)):
+                counts.add(result)
+                if review is not None and isinstance(row.text, str) and not isinstance(result, DecisionOutcome):
+                    review.add(start + offset, row.text, result)
         digest = {
             **counts.to_json(),
             "review": review.entries() if review is not None else [],
@@ -574,19 +583,25 @@ class _Job:
             out_rows.append({**cells, **self.answerer.columns(result)})
         self.folder.commit(start, digest, lambda path: write_part(path, table, out_rows))
 
-    def _columns(self, chunk: list[InputRow], results: list[Result]) -> dict[str, list[Any]] | None:
-        """A classifier's chunk of a CSV or Parquet input, bound for CSV or Parquet, as the
-        output's columns (made a column at a time); None for the others, whose rows are made
-        one at a time (a JSONL row may hold keys that are no column, a questions job's answers
-        are its own)."""
+    def _by_columns(self) -> bool:
+        """Whether a chunk's output is made a column at a time: a classifier's chunk of a CSV
+        or Parquet input, bound for CSV or Parquet. The others' rows are made one at a time (a
+        JSONL row may hold keys that are no column, a questions job's answers are its own)."""
+        return self.table is not None and "jsonl" not in self.kinds and isinstance(self.answerer, LabelAnswerer)
+
+    def _columns(self, chunk: list[InputRow], results: Sequence[Result]) -> dict[str, list[Any]] | None:
+        """The chunk as the output's columns where :meth:`_by_columns`, else None."""
         table = self.table
-        if table is None or "jsonl" in self.kinds or not isinstance(self.answerer, LabelAnswerer):
+        if table is None or not self._by_columns():
             return None
         columns = {
             name: [row.cells.get(source) for row in chunk] for source, name in zip(self.source_columns, table.columns)
         }
-        answerer = self.answerer
-        columns.update(result_table(cast(Any, results), answerer.labels, answerer.multi_label))
+        answerer = cast(LabelAnswerer, self.answerer)
+        if isinstance(results, ClassifiedColumns):
+            columns.update(classified_table(results, answerer.labels))
+        else:
+            columns.update(result_table(cast(Any, results), answerer.labels, answerer.multi_label))
         return columns
 
     def _report_options(self) -> dict[str, Any]:

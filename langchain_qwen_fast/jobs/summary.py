@@ -11,13 +11,15 @@ choice's and score's confidence (the decision model's) in a panel of its own.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_qwen_fast._core.decisions import DecisionOutcome
 from langchain_qwen_fast.classification import Classification
+from langchain_qwen_fast.jobs.columns import ClassifiedColumns
 from langchain_qwen_fast.jobs.parts import atomic_write
 
 if TYPE_CHECKING:
@@ -32,11 +34,18 @@ NO_LABEL = "(none)"
 
 def confidence(result: Classification | BaseException) -> float | None:
     """How sure the classifier was of a row (see the module docstring); None without scores."""
-    if isinstance(result, BaseException) or not result.scores:
+    if isinstance(result, BaseException):
         return None
-    if result.multi_label:
-        return min(max(p, 1.0 - p) for p in result.scores.values())
-    return max(result.scores.values())
+    return _sure(result.scores, result.multi_label)
+
+
+def _sure(scores: Mapping[str, float] | None, multi_label: bool) -> float | None:
+    """:func:`confidence` from a row's probabilities."""
+    if not scores:
+        return None
+    if multi_label:
+        return min(max(p, 1.0 - p) for p in scores.values())
+    return max(scores.values())
 
 
 def stratum(result: Classification) -> str:
@@ -89,6 +98,31 @@ class Counts:
         if sure is not None:
             bins = self.histogram.setdefault(group, [0] * BINS)
             bins[min(int(sure * BINS), BINS - 1)] += 1
+
+    def add_classified(self, chunk: ClassifiedColumns) -> None:
+        """Count rows classified without error from their columns: what :meth:`add` counts of
+        each, a column at a time."""
+        self.rows += len(chunk)
+        groups = [NO_LABEL if label is None else label for label in chunk.label]
+        label_counts = self.label_counts
+        for group, n in Counter(groups).items():
+            label_counts[group] = label_counts.get(group, 0) + n
+        if chunk.multi_label:
+            chosen = self.chosen_counts
+            for labels in chunk.labels or ():
+                for label in labels:
+                    chosen[label] = chosen.get(label, 0) + 1
+        self.abstained += sum(chunk.abstained)
+        scores = chunk.scores
+        if not chunk.multi_label and all(scores) and set(map(type, scores)) == {dict}:
+            sure: list[float | None] = list(map(max, map(dict.values, cast("list[dict[str, float]]", scores))))
+        else:
+            sure = [_sure(given, chunk.multi_label) for given in scores]
+        step = float(BINS)
+        binned = Counter((group, int(p * step)) for group, p in zip(groups, sure) if p is not None)
+        for (group, at), n in binned.items():
+            bins = self.histogram.setdefault(group, [0] * BINS)
+            bins[min(at, BINS - 1)] += n
 
     def _add_answers(self, outcome: DecisionOutcome) -> None:
         """A questions job's row: its choices' labels, its confidences, and whether any of its

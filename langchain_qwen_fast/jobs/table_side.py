@@ -41,11 +41,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import DataFileError
-from langchain_qwen_fast.jobs.columns import CarriedError, error_text
+from langchain_qwen_fast.jobs.columns import CarriedError, ClassifiedColumns, error_text
 from langchain_qwen_fast.jobs.summary import error_kind
 from langchain_qwen_fast.jobs.tables import InputRow
 
@@ -80,7 +81,7 @@ class TableSide:
     gets the chunk's first row, its input rows and their results."""
 
     def __init__(
-        self, rows: Iterator[InputRow], start: int, commit: Callable[[int, list[InputRow], list[Result]], None]
+        self, rows: Iterator[InputRow], start: int, commit: Callable[[int, list[InputRow], Sequence[Result]], None]
     ) -> None:
         self._rows = rows
         self._at = start
@@ -119,7 +120,7 @@ class TableSide:
                 problems[offset] = f"{row.place} {row.problem}"
         return ReadChunk(start, places, texts, problems)
 
-    def commit(self, start: int, results: list[Result]) -> None:
+    def commit(self, start: int, results: Sequence[Result]) -> None:
         """Commit the chunk read from row ``start`` with its rows' results."""
         self._commit(start, self._chunks.pop(start), results)
 
@@ -206,14 +207,22 @@ class _Unpacked:
         self.multi_label = multi
 
 
-def pack(results: Sequence[Result]) -> list[Any]:
-    """Results as the pipe carries them cheaply: a classification as a tuple of its fields, an
-    error as a :class:`CarriedError` of its kind and text (any error pickles so); anything else
-    (a questions job's outcomes) as it is."""
+def pack(results: Sequence[Result]) -> Any:
+    """Results as the pipe carries them cheaply: a chunk of classifications alone (of one
+    ``multi_label``) as their :class:`ClassifiedColumns`; else each classification as a tuple of
+    its fields, an error as a :class:`CarriedError` of its kind and text (any error pickles so),
+    anything else (a questions job's outcomes) as it is."""
+    if set(map(type, results)) == {Classification}:
+        multi = set(map(_MULTI_LABEL, results))
+        if len(multi) == 1:
+            return ClassifiedColumns.of(cast("Sequence[Classification]", results), multi.pop())
     return [
         (r.label, r.labels, r.scores, r.abstained, r.multi_label) if r.__class__ is Classification else _carried(r)
         for r in results
     ]
+
+
+_MULTI_LABEL = attrgetter("multi_label")
 
 
 def _carried(result: Any) -> Any:
@@ -222,8 +231,11 @@ def _carried(result: Any) -> Any:
     return result
 
 
-def unpack(packed: list[Any]) -> list[Result]:
-    """:func:`pack`'s results back (a classification as an object with its fields)."""
+def unpack(packed: Any) -> Sequence[Result]:
+    """:func:`pack`'s results back: the :class:`ClassifiedColumns` as they came, else a list of
+    each row's (a classification as an object with its fields)."""
+    if isinstance(packed, ClassifiedColumns):
+        return cast("Sequence[Result]", packed)
     return [cast("Result", _Unpacked(*r)) if r.__class__ is tuple else r for r in packed]
 
 
@@ -266,6 +278,10 @@ class ForkedTables:
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._failure: BaseException | None = None
         self._exit: int | None = None
+        # One poll object for the replies' pipe, kept: the connection's own poll makes a new
+        # selector at every call, and the job asks whether a reply is left after each one.
+        self._replies = select.poll()
+        self._replies.register(from_child.fileno(), select.POLLIN)
         self.loop.add_reader(from_child.fileno(), self._on_reply)
 
     async def any_left(self) -> bool:
@@ -292,7 +308,7 @@ class ForkedTables:
 
     def _on_reply(self) -> None:
         try:
-            while self._recv_conn.poll():
+            while self._replies.poll(0):
                 status, value = self._recv_conn.recv()
                 future = self._waiting.popleft()
                 if status == "ok":

@@ -18,7 +18,14 @@ from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import DataFileError, InvalidInputError
 from langchain_qwen_fast.jobs import job as job_module
 from langchain_qwen_fast.jobs import table_side
-from langchain_qwen_fast.jobs.columns import CarriedError, error_text, result_columns, result_table
+from langchain_qwen_fast.jobs.columns import (
+    CarriedError,
+    ClassifiedColumns,
+    classified_table,
+    error_text,
+    result_columns,
+    result_table,
+)
 from langchain_qwen_fast.jobs.job import classify_table
 from langchain_qwen_fast.jobs.parts import WorkFolder, work_folder
 from langchain_qwen_fast.jobs.summary import Counts
@@ -198,3 +205,53 @@ def test_a_fork_that_fails_leaves_the_rows_to_the_job_s_process(
     out = tmp_path / "out.csv"
     report = classify_table(options(source, out), classifier(fake.transport))
     assert report.rows == 120 and out.read_bytes() == expected.read_bytes()
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_classifications_packed_as_columns_count_and_make_the_columns_they_make_row_by_row(multi: bool) -> None:
+    labels = ["World", "Sports", "Business"]
+    results: list[Any] = [
+        _classification("World", {"World": 0.75, "Sports": 0.2, "Business": 0.05}, multi=multi),
+        _classification(None, {"World": 0.4, "Sports": 0.3, "Business": 0.3}, multi=multi),
+        _classification("Sports", {"World": 0.0, "Sports": 1.0, "Business": 0.0}, multi=multi),
+        _classification("Business", {"Sports": 0.5}, multi=multi),
+        _classification("World", None, multi=multi),
+        _classification("Sports", {}, multi=multi),
+        _classification("World", {"World": 0.951, "Sports": 0.03, "Business": 0.019}, multi=multi),
+    ]
+    for chunk in (results, results[:3], results[4:6]):
+        packed = table_side.unpack(pickle.loads(pickle.dumps(table_side.pack(chunk))))
+        assert isinstance(packed, ClassifiedColumns)
+        by_rows, by_columns = Counts(), Counts()
+        for result in chunk:
+            by_rows.add(result)
+        by_columns.add_classified(packed)
+        assert orjson.dumps(by_columns.to_json()) == orjson.dumps(by_rows.to_json())
+        expected = result_table(chunk, labels, multi)
+        made = classified_table(packed, labels)
+        assert list(made.items()) == list(expected.items())
+        assert [result_columns(r, labels, multi) for r in packed.rows()] == [
+            result_columns(r, labels, multi) for r in chunk
+        ]
+
+
+def test_a_chunk_with_an_error_or_of_mixed_kinds_is_packed_row_by_row() -> None:
+    scored = _classification("World", {"World": 0.75, "Sports": 0.25})
+    assert isinstance(table_side.pack([scored, InvalidInputError("text is empty")]), list)
+    assert isinstance(table_side.pack([scored, _classification("World", None, multi=True)]), list)
+
+
+@pytest.mark.parametrize(("kind", "multi"), [("csv", False), ("csv", True), ("parquet", False), ("jsonl", True)])
+def test_chunks_committed_a_column_at_a_time_write_what_the_job_s_process_writes(
+    fake: FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, multi: bool
+) -> None:
+    source = write_csv(tmp_path / "in.csv", headlines(230))
+    outputs = []
+    for forked in (True, False):
+        monkeypatch.setattr(table_side, "forks", lambda forked=forked: forked)
+        out = tmp_path / f"{forked}.{kind}"
+        report = classify_table(options(source, out), classifier(fake.transport, multi_label=multi))
+        assert report.rows == 230 and report.errors == 0
+        counts = [list(report.label_counts.items()), list((report.chosen_counts or {}).items()), report.abstained]
+        outputs.append((out.read_bytes(), counts))
+    assert outputs[0] == outputs[1]
