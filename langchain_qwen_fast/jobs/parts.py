@@ -5,9 +5,9 @@ once before the first part) and, per chunk of rows written, two files named by t
 first row: ``<start>.digest.json`` (the chunk's counts, histogram, review candidates and the
 digest of each input row it was read from, :mod:`.summary`) and ``<start>.<kind>`` (its rows,
 in the output's kind). Each is written to a temporary name, synced and renamed into place, the
-digest first: a part file present is the commit point of its chunk. Killed at any moment, the
-folder holds whole chunks only; a restart keeps the unbroken run of chunks from row 0 and
-classifies from there.
+digest first, then the folder is synced: a part file present beside its digest is the commit
+point of its chunk. Killed at any moment, the folder holds whole chunks only; a restart keeps
+the unbroken run of chunks from row 0 and classifies from there.
 
 One run at a time works in a folder: it holds an exclusive lock on the folder's ``lock`` file
 (:meth:`WorkFolder.lock`) from before it reads the manifest until the folder is removed or the
@@ -82,10 +82,13 @@ def temporary_path(target: Path, folder: Path | None = None) -> Path:
     return (folder or target.parent) / f"{_TMP}{os.getpid()}-{_TOKEN}-{target.name}"
 
 
-def atomic_write(target: Path, write: Callable[[Path], None], folder: Path | None = None) -> None:
+def atomic_write(
+    target: Path, write: Callable[[Path], None], folder: Path | None = None, *, sync_folder: bool = True
+) -> None:
     """``write`` a temporary file (in ``folder``, default beside ``target``, on the same file
-    system; ``write`` syncs what it writes), then rename it to ``target`` and sync the folder:
-    ``target`` is either absent or whole. A failed write leaves no temporary file."""
+    system; ``write`` syncs what it writes), then rename it to ``target`` and sync the folder
+    (unless not ``sync_folder``: the caller syncs it after more renames): ``target`` is either
+    absent or whole. A failed write leaves no temporary file."""
     tmp = temporary_path(target, folder)
     try:
         write(tmp)
@@ -94,10 +97,11 @@ def atomic_write(target: Path, write: Callable[[Path], None], folder: Path | Non
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _sync_folder(target.parent)
+    if sync_folder:
+        _sync_folder(target.parent)
 
 
-def atomic_bytes(target: Path, data: bytes, folder: Path | None = None) -> None:
+def atomic_bytes(target: Path, data: bytes, folder: Path | None = None, *, sync_folder: bool = True) -> None:
     """:func:`atomic_write` of ``data``."""
 
     def write(path: Path) -> None:
@@ -106,7 +110,7 @@ def atomic_bytes(target: Path, data: bytes, folder: Path | None = None) -> None:
             f.flush()
             os.fsync(f.fileno())
 
-    atomic_write(target, write, folder)
+    atomic_write(target, write, folder, sync_folder=sync_folder)
 
 
 def _sync_folder(folder: Path) -> None:
@@ -234,12 +238,15 @@ class WorkFolder:
 
     def commit(self, start: int, digest: dict[str, Any], write_rows: Callable[[Path], None]) -> CommittedChunk:
         """Commit one chunk: its digest (with ``rows`` and ``inputs``, :func:`encode_digests`),
-        then its rows (``write_rows`` writes and syncs them)."""
+        then its rows (``write_rows`` writes and syncs them), then the folder, synced once for
+        both names: until then either may be lost to a crash of the machine, and a chunk that
+        lacks either file is no chunk (:meth:`chunks`), classified again."""
         name = f"{start:012d}"
         digest_path = self.path / f"{name}{_DIGEST}"
         path = self.path / f"{name}.{self.kind}"
-        atomic_bytes(digest_path, orjson.dumps(digest))
-        atomic_write(path, write_rows)
+        atomic_bytes(digest_path, orjson.dumps(digest), sync_folder=False)
+        atomic_write(path, write_rows, sync_folder=False)
+        _sync_folder(self.path)
         return CommittedChunk(start, int(digest["rows"]), path, digest_path)
 
     def temporary(self, target: Path) -> Path:
