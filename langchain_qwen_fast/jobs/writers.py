@@ -14,6 +14,7 @@ import csv
 import functools
 import io
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,10 +95,65 @@ def _csv_column(values: list[Any]) -> list[Any]:
     if kinds <= _TEXT_KINDS:
         return ["" if v is None else v for v in values] if _NONE in kinds else values
     if kinds <= _FLOAT_KINDS:
+        cells = _float_cells(values) if _orjson_floats() else None
+        if cells is not None:
+            return cells
         if _NONE not in kinds:
             return list(map(float.__repr__, values))
         return ["" if v is None else float.__repr__(v) for v in values]
     return list(map(_csv_cell, values))
+
+
+def _float_cells(values: list[float | None]) -> list[str] | None:
+    """A column of floats (each maybe missing: ``""``) as ``float.__repr__`` writes them, made in
+    one pass by orjson, which writes the same shortest digits, its notation put as Python puts
+    it; None where it cannot be (a NaN or an infinity, which JSON has no number for, or a
+    notation not foreseen)."""
+    if not values:
+        return []
+    text = orjson.dumps(values).decode()
+    missing = values.count(None)
+    if text.count("null") != missing:
+        return None
+    if missing:
+        text = text.replace("null", "")
+    if "e-" in text:
+        text = _SHORT_EXPONENT.sub(r"e-0\1", text)
+    if "0.0000" in text:
+        text = _FIFTH_DIGITS.sub(r"\1.\2e-05", text)
+        text = _FIFTH_DIGIT.sub(r"\1e-05", text)
+        if _PLAIN_SMALL.search(text):
+            return None
+    cells = text[1:-1].split(",")
+    return cells if len(cells) == len(values) else None
+
+
+#: orjson's notation where Python's differs: a one-digit negative exponent (``1e-7`` for
+#: ``1e-07``), and no exponent for a number from 1e-05 to 1e-04 (``0.0000123`` for
+#: ``1.23e-05``); a number of fewer zeros after the point has none in Python either.
+_SHORT_EXPONENT = re.compile(r"e-([0-9])(?![0-9])")
+_FIFTH_DIGITS = re.compile(r"(?<![0-9.])0\.0000([1-9])([0-9]+)")
+_FIFTH_DIGIT = re.compile(r"(?<![0-9.])0\.0000([1-9])(?![0-9])")
+_PLAIN_SMALL = re.compile(r"(?<![0-9.])0\.0000")
+
+
+@functools.cache
+def _orjson_floats() -> bool:
+    """Whether :func:`_float_cells` writes what ``float.__repr__`` does with this orjson,
+    checked on numbers of every magnitude, sign and length of digits (else the column is
+    written number by number)."""
+    probes: list[float | None] = [0.0, -0.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, None]
+    # Every exponent where the notations change (around 1e-05 and 1e+16), a few elsewhere.
+    for exponent in [*range(-320, -30, 7), *range(-30, 31), *range(31, 309, 7)]:
+        for digits in (1.0, 1.5, 2.2250738585072014, 9.999999999999998, 1.2345678901234567):
+            value = digits * 10.0**exponent
+            if math.isfinite(value):
+                probes.extend((value, -value))
+    probes.extend((0.1, 0.2 + 0.1, 1 / 3, 2 / 3, 1e16 - 2, 0.5, 1.0, 123456789012345.6))
+    try:
+        return _float_cells(probes) == ["" if value is None else float.__repr__(value) for value in probes]
+    except Exception:  # an orjson that refuses a number: written number by number
+        return False
 
 
 _NONE = type(None)

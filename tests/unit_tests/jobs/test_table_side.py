@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import pickle
 import random
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +257,24 @@ def test_chunks_committed_a_column_at_a_time_write_what_the_job_s_process_writes
         counts = [list(report.label_counts.items()), list((report.chosen_counts or {}).items()), report.abstained]
         outputs.append((out.read_bytes(), counts))
     assert outputs[0] == outputs[1]
+
+
+def test_a_column_of_floats_is_written_as_repr_writes_each() -> None:
+    from langchain_qwen_fast.jobs import writers
+
+    assert writers._orjson_floats()  # else the columns below are written number by number
+    shuffle = random.Random(7)
+    bits = [struct.unpack("d", struct.pack("Q", shuffle.getrandbits(64)))[0] for _ in range(4000)]
+    columns: list[list[Any]] = [
+        [shuffle.random() for _ in range(4000)],
+        [shuffle.random() ** shuffle.randint(1, 60) for _ in range(4000)],  # every small magnitude
+        [shuffle.choice([None, 1e-05, 1.5e-05, -9.5e-05, 1e-04, 1e-06, 1e16, 9999999999999998.0]) for _ in range(500)],
+        [value for value in bits if math.isfinite(value)],
+        [shuffle.uniform(-1e17, 1e17) for _ in range(4000)],
+        [0.25, float("nan"), None],
+        [float("inf"), 0.5],
+        [None, None],
+        [],
+    ]
+    for column in columns:
+        assert writers._csv_column(column) == [writers._csv_cell(value) for value in column]
