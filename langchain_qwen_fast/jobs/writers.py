@@ -163,12 +163,19 @@ _FLOAT_KINDS = frozenset({float, _NONE})
 
 def _quoted(cells: list[str], quoting: re.Pattern[str]) -> list[str]:
     """A column's cells as ``csv.writer`` puts them in a row: in double quotes, each quote
-    doubled, where ``quoting`` finds a character that needs it (searched once over the
-    column first: most columns have none)."""
-    if quoting.search("".join(cells)) is None:
+    doubled, where ``quoting`` finds a character that needs it (each of them looked for once
+    over the column first, a plain search of text: most columns have none)."""
+    joined = "".join(cells)
+    if not any(character in joined for character in _characters(quoting)):
         return cells
     search = quoting.search
     return ['"' + cell.replace('"', '""') + '"' if search(cell) else cell for cell in cells]
+
+
+@functools.cache
+def _characters(quoting: re.Pattern[str]) -> tuple[str, ...]:
+    """The characters ``quoting`` (:func:`_quoting`'s) finds."""
+    return tuple(character for character in ',"\n\r' if quoting.search(character))
 
 
 @functools.cache
