@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +264,32 @@ def test_a_parquet_text_column_in_no_row_is_refused_naming_the_columns(tmp_path:
     pq.write_table(pa.table({"id": [1], "body": ["a"]}), path)
     with pytest.raises(DataFileError, match=r"has no 'text' column .*columns: \['id', 'body'\]"):
         rows_of(path, "parquet")
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 8, 1 << 20])
+def test_a_csv_file_s_records_counted_as_lines_are_those_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    from langchain_qwen_fast.jobs import readers
+
+    monkeypatch.setattr(readers, "_BLOCK", block)
+    shuffle = random.Random(block)
+    cells = ["text", "a", "b c", " ", "1", "2,World news,a description", "x,y", "é", "", "", ""]
+    counted_as_lines = 0
+    for trial in range(400):
+        lines = [shuffle.choice(cells) for _ in range(shuffle.randint(0, 14))]
+        ends = ["\n", "\r\n", "\r"] if trial % 3 == 0 else ["\n", "\r\n"]
+        text = "".join(line + shuffle.choice(ends) for line in lines)
+        if trial % 4 == 0:
+            text = text.rstrip("\r\n")
+        if trial % 10 == 0:
+            text += '"quoted\nover lines"\n'
+        path = tmp_path / "t.csv"
+        path.write_text(text, encoding="utf-8", newline="")
+        reader = readers.CsvReader(str(path), TextSource("text"))
+        counted_as_lines += reader._plain_count() is not None
+        counted = reader.count()
+        with monkeypatch.context() as parsed:
+            parsed.setattr(readers.CsvReader, "_plain_count", lambda self: None)
+            assert counted == readers.CsvReader(str(path), TextSource("text")).count(), repr(text)
+    assert counted_as_lines > 100
