@@ -128,13 +128,14 @@ class ClassifiedColumns:
         """Each row as an object with a classification's fields (for what reads a row at a time)."""
         chosen = self.labels if self.labels is not None else [[]] * len(self.label)
         return [
-            cast(Classification, _Fields(*fields))
+            cast(Classification, ClassifiedRow(*fields))
             for fields in zip(self.label, chosen, self.scores, self.abstained, repeat(self.multi_label))
         ]
 
 
-class _Fields:
-    """One row of :class:`ClassifiedColumns`, with the fields a row's columns, counts and
+class ClassifiedRow:
+    """A classification as another process of a job gets it back (a row of
+    :class:`ClassifiedColumns`, or one sent alone): the fields a row's columns, counts and
     review entry are made of."""
 
     __slots__ = ("abstained", "label", "labels", "multi_label", "scores")

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import DataFileError
-from langchain_qwen_fast.jobs.columns import CarriedError, ClassifiedColumns, error_text
+from langchain_qwen_fast.jobs.columns import CarriedError, ClassifiedColumns, ClassifiedRow, error_text
 from langchain_qwen_fast.jobs.summary import error_kind
 from langchain_qwen_fast.jobs.tables import InputRow
 
@@ -191,22 +191,6 @@ class LocalTables:
 
 
 # -- results across the pipe ----------------------------------------------------------------
-class _Unpacked:
-    """A classification as the table side reads it back: the fields that a row's columns,
-    counts and review entry are made of."""
-
-    __slots__ = ("abstained", "label", "labels", "multi_label", "scores")
-
-    def __init__(
-        self, label: str | None, labels: list[str], scores: dict[str, float] | None, abstained: bool, multi: bool
-    ) -> None:
-        self.label = label
-        self.labels = labels
-        self.scores = scores
-        self.abstained = abstained
-        self.multi_label = multi
-
-
 def pack(results: Sequence[Result]) -> Any:
     """Results as the pipe carries them cheaply: a chunk of classifications alone (of one
     ``multi_label``) as their :class:`ClassifiedColumns`; else each classification as a tuple of
@@ -236,7 +220,7 @@ def unpack(packed: Any) -> Sequence[Result]:
     each row's (a classification as an object with its fields)."""
     if isinstance(packed, ClassifiedColumns):
         return cast("Sequence[Result]", packed)
-    return [cast("Result", _Unpacked(*r)) if r.__class__ is tuple else r for r in packed]
+    return [cast("Result", ClassifiedRow(*r)) if r.__class__ is tuple else r for r in packed]
 
 
 # -- the table process ----------------------------------------------------------------------
