@@ -13,8 +13,10 @@ work that holds the interpreter's lock, so a thread gives the event loop that dr
 classifier no time back. On Linux the table side therefore runs in a process of its own, forked
 from the job's once its input is open and its first rows read (:class:`ForkedTables`): the
 job's process sends it requests over a pipe and gets, per chunk, only the values to classify
-and the rows' places; it sends back each chunk's results packed as plain tuples
-(:func:`pack`), which cost little to pickle and unpickle. Elsewhere the same
+and the rows' places; it sends back each chunk's results packed as lists (:func:`pack`), which
+cost little to pickle and unpickle: a chunk classified without error as a list per field
+(:class:`~.columns.ClassifiedColumns`, counted and written a column at a time), any other as
+a tuple a row. Elsewhere the same
 :class:`TableSide` runs in the job's process (:class:`LocalTables`).
 
 Every reply comes in the order of the requests, one per request, and the job asks for one chunk
