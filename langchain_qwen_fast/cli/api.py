@@ -68,7 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="how long a group's first text waits for company (default: %(default)s: it goes at once "
         "when a group slot is free)",
     )
-    p.add_argument("--max-group", type=int, help="most texts grouped into one call, single texts and lists' alike (default: %(default)s)")
+    p.add_argument(
+        "--max-group",
+        type=int,
+        help="most texts grouped into one call, single texts and lists' alike (default: %(default)s)",
+    )
     p.add_argument(
         "--groups-in-flight",
         type=int,

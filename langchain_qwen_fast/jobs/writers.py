@@ -233,8 +233,8 @@ def write_columns(path: Path, table: OutputTable, columns: Mapping[str, list[Any
                 text.write("\n".join(map(",".join, zip(*(_quoted(column, quoting) for column in cells)))) + "\n")
             _sync(text)
         return
-    if table.kind != "parquet":
-        raise ValueError(f"a {table.kind} part is written from its rows (write_part)")
+    # Only the table side calls this, and only for these two kinds (JSONL parts are rows).
+    assert table.kind == "parquet", f"a {table.kind} part is written from its rows (write_part)"
     import pyarrow as pa
     import pyarrow.parquet as pq
 
