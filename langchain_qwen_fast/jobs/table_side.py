@@ -34,9 +34,11 @@ import fcntl
 import gc
 import os
 import pickle
+import queue
 import select
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -61,6 +63,9 @@ STOP_SECONDS = 60.0
 #: The pipes' buffer, asked of the kernel, so that sending a chunk's results seldom waits for
 #: the other side to read.
 PIPE_BYTES = 1 << 20
+#: Requests the table process holds taken and not yet answered: the job has at most a chunk
+#: read ahead and a commit outstanding, so this bound is never reached.
+MAX_REQUESTS = 16
 
 
 @dataclass
@@ -370,10 +375,15 @@ def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
     gc.freeze()  # what the job's process holds is no garbage of this one
+    # The requests are taken in a thread of their own, so that the job's next request is read
+    # while a reply is sent: read only between replies, a reply and a request each larger than
+    # its pipe would wait on each other for good (the job sends a chunk's results while the
+    # chunk read ahead comes back).
+    requests: queue.Queue[tuple[Any, ...] | None] = queue.Queue(MAX_REQUESTS)
+    threading.Thread(target=_take_requests, args=(inbox, requests), daemon=True).start()
     while True:
-        try:
-            request = inbox.recv()
-        except (EOFError, OSError):
+        request = requests.get()
+        if request is None:  # the job's end of the pipe closed
             return 0
         op = request[0]
         if op == "stop":
@@ -394,6 +404,19 @@ def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
             outbox.send(("ok", reply))
         except OSError:
             return 0
+
+
+def _take_requests(inbox: Connection, requests: queue.Queue[tuple[Any, ...] | None]) -> None:
+    """Put each request from the job into ``requests`` as it comes; None once the pipe closes."""
+    while True:
+        try:
+            request = inbox.recv()
+        except (EOFError, OSError):
+            requests.put(None)
+            return
+        requests.put(request)
+        if request[0] == "stop":
+            return
 
 
 def _sendable(error: BaseException) -> BaseException:

@@ -278,3 +278,48 @@ def test_a_column_of_floats_is_written_as_repr_writes_each() -> None:
     ]
     for column in columns:
         assert writers._csv_column(column) == [writers._csv_cell(value) for value in column]
+
+
+def test_a_large_commit_sent_while_a_large_chunk_comes_back_does_not_wait_forever(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The job sends a chunk's results while the table process sends back the chunk read
+    ahead: with both larger than the pipes hold, neither side may wait on the other for good
+    (the table process reads its requests while it answers)."""
+    import asyncio
+    import threading
+
+    from langchain_qwen_fast.jobs.tables import InputRow
+
+    monkeypatch.setattr(table_side, "PIPE_BYTES", 4096)  # pipes of a page: both messages exceed them
+    text = "x" * 400
+    rows = iter([InputRow(f"line {i}", {"text": text}, text, None, b"") for i in range(4000)])
+    results = [_classification("World", {"World": 0.5, "Sports": 0.5}) for _ in range(2000)]
+
+    async def drive() -> None:
+        # The commits happen in the table process: each leaves a file to be seen here.
+        side = table_side.TableSide(rows, 0, lambda start, *_: (tmp_path / f"chunk-{start}").touch())
+        tables = table_side.ForkedTables(side)
+        try:
+            first = await tables.read(2000)
+            assert first is not None
+            ahead = tables.read(2000)  # its reply: 2,000 texts of 400 characters
+            await tables.commit(0, list(results))  # sent before that reply is read
+            assert (await ahead) is not None
+            await tables.commit(2000, list(results))
+        finally:
+            tables.reap()
+
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(drive())
+        except BaseException as exc:  # reported by the test
+            failure.append(exc)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(30), "the job and its table process waited on each other"
+    assert not failure and sorted(p.name for p in tmp_path.iterdir()) == ["chunk-0", "chunk-2000"]
