@@ -102,6 +102,9 @@ if TYPE_CHECKING:
 SYSTEMATIC_ROWS = 10
 #: The fewest rows a chunk the job sizes itself holds: a part file and a restart's step.
 MIN_CHUNK_ROWS = 1024
+#: Chunks asked of the table side ahead of those being classified: the next is read while the
+#: job's event loop is busy with replies, so a chunk is ready when one is done.
+READ_AHEAD = 2
 
 
 @dataclass(frozen=True)
@@ -338,6 +341,16 @@ def classify_table(
             answerer.close()
 
 
+@dataclass(frozen=True)
+class _Committing:
+    """A chunk's commit, sent to the table side and not yet confirmed: its rows and those of
+    them with an input error, counted as finished once it is."""
+
+    sent: asyncio.Future[None]
+    rows: int
+    errors: int
+
+
 class _Job:
     """One run of a job: resume, stream, finish."""
 
@@ -441,31 +454,42 @@ class _Job:
     async def _stream(self, rows: Iterator[InputRow], start: int, expected: int | None) -> int:
         """Classify and commit every remaining row; returns how many. The rows are read and
         committed on the table side (:mod:`.table_side`: a process of its own where the
-        platform forks), so that this process's event loop does little but classify."""
+        platform forks), so that this process's event loop does little but classify. A chunk's
+        commit is sent as soon as its rows are checked and confirmed before the next chunk's
+        check: the next chunk starts classifying meanwhile, so the servers never wait on the
+        table side writing and syncing a part."""
         bar = _progress(self.options.progress, expected, start)
         pending: deque[tuple[ReadChunk, asyncio.Task[list[Result]]]] = deque()
         at = start
         tables = self.tables = open_tables(TableSide(rows, start, self._write_chunk))
-        ahead: asyncio.Future[ReadChunk | None] | None = None
+        reads: deque[asyncio.Future[ReadChunk | None]] = deque()
+        committing: _Committing | None = None
         try:
             if not await tables.any_left():  # nothing left to classify: no server needed
                 return 0
             await self._set_up()
             size = self.options.chunk_rows or max(MIN_CHUNK_ROWS, self.answerer.rows_in_flight())
-            ahead = tables.read(size)  # one chunk read ahead of those being classified
-            while (chunk := await ahead) is not None:
-                ahead = tables.read(size)
+            reads.extend(tables.read(size) for _ in range(READ_AHEAD))
+            while (chunk := await reads.popleft()) is not None:
+                reads.append(tables.read(size))
                 pending.append((chunk, asyncio.ensure_future(self._classify(chunk))))
                 at += len(chunk)
                 while len(pending) >= self.options.chunks_in_flight:
-                    await self._commit(*pending.popleft(), tables, bar)
+                    committing = await self._commit(*pending.popleft(), tables, committing, bar)
             while pending:
-                await self._commit(*pending.popleft(), tables, bar)
+                committing = await self._commit(*pending.popleft(), tables, committing, bar)
+            await self._committed(committing, bar)
+            committing = None
         finally:
             for _, task in pending:
                 task.cancel()
-            if ahead is not None and ahead.done() and not ahead.cancelled():
-                ahead.exception()  # a chunk read ahead that failed: the job stopped for its own cause first
+            for read in reads:
+                if read.done() and not read.cancelled():
+                    read.exception()  # a chunk read ahead that failed: the job stopped for its own cause first
+            if committing is not None:  # the job stops for another cause: its last commit ends first
+                await asyncio.wait({committing.sent})
+                if not committing.sent.cancelled():
+                    committing.sent.exception()
             tables.close()
             if bar is not None:
                 bar.close()
@@ -505,14 +529,30 @@ class _Job:
             results.append(next(given) if problem is None else DataFileError(problem))
         return results
 
-    async def _commit(self, chunk: ReadChunk, task: asyncio.Task[list[Result]], tables: Tables, bar: Any) -> None:
+    async def _commit(
+        self,
+        chunk: ReadChunk,
+        task: asyncio.Task[list[Result]],
+        tables: Tables,
+        before: _Committing | None,
+        bar: Any,
+    ) -> _Committing:
+        """Once ``chunk`` is classified: confirm the commit sent before it, check the chunk's
+        rows and send its commit, returned unconfirmed."""
         results = await task
+        await self._committed(before, bar)
         errors = self._check(chunk.start, chunk.places, results)
-        await tables.commit(chunk.start, results)
-        self.finished_rows += len(chunk)
-        self.finished_errors += errors
+        return _Committing(tables.commit(chunk.start, results), len(chunk), errors)
+
+    async def _committed(self, committing: _Committing | None, bar: Any) -> None:
+        """Wait for a commit sent and count its rows as finished."""
+        if committing is None:
+            return
+        await committing.sent
+        self.finished_rows += committing.rows
+        self.finished_errors += committing.errors
         if bar is not None:
-            bar.update(len(chunk))
+            bar.update(committing.rows)
 
     def _check(self, start: int, places: list[str], results: list[Result]) -> int:
         """The chunk's rows with input errors; :class:`JobStopped` when the chunk is not to be

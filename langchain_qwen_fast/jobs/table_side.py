@@ -64,7 +64,7 @@ STOP_SECONDS = 60.0
 #: the other side to read.
 PIPE_BYTES = 1 << 20
 #: Requests the table process holds taken and not yet answered: the job has at most a chunk
-#: read ahead and a commit outstanding, so this bound is never reached.
+#: read ahead and a commit unconfirmed, so this bound is never reached.
 MAX_REQUESTS = 16
 
 
@@ -137,14 +137,15 @@ class TableSide:
 
 
 class Tables(Protocol):
-    """A :class:`TableSide` as the job's event loop drives it. :meth:`read` asks at once (a
-    chunk read ahead is asked for before it is awaited)."""
+    """A :class:`TableSide` as the job's event loop drives it. :meth:`read` and :meth:`commit`
+    ask at once (a chunk read ahead is asked for before it is awaited, a commit is confirmed
+    while the next chunk is classified); they are answered in the order asked."""
 
     async def any_left(self) -> bool: ...
 
     def read(self, size: int) -> asyncio.Future[ReadChunk | None]: ...
 
-    async def commit(self, start: int, results: list[Result]) -> None: ...
+    def commit(self, start: int, results: list[Result]) -> asyncio.Future[None]: ...
 
     def close(self) -> None:
         """Stop the table side (after the request it is on)."""
@@ -187,8 +188,8 @@ class LocalTables:
             future.set_exception(exc)
         return future
 
-    async def commit(self, start: int, results: list[Result]) -> None:
-        await asyncio.to_thread(self.side.commit, start, results)
+    def commit(self, start: int, results: list[Result]) -> asyncio.Future[None]:
+        return asyncio.ensure_future(asyncio.to_thread(self.side.commit, start, results))
 
     def close(self) -> None:
         self.side.drop()
@@ -281,8 +282,8 @@ class ForkedTables:
     def read(self, size: int) -> asyncio.Future[ReadChunk | None]:
         return self._ask(("read", size))
 
-    async def commit(self, start: int, results: list[Result]) -> None:
-        await self._ask(("commit", start, pack(results)))
+    def commit(self, start: int, results: list[Result]) -> asyncio.Future[None]:
+        return self._ask(("commit", start, pack(results)))
 
     def _ask(self, request: tuple[Any, ...]) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = self.loop.create_future()

@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -323,3 +324,42 @@ def test_a_large_commit_sent_while_a_large_chunk_comes_back_does_not_wait_foreve
     threading.Thread(target=run, daemon=True).start()
     assert done.wait(30), "the job and its table process waited on each other"
     assert not failure and sorted(p.name for p in tmp_path.iterdir()) == ["chunk-0", "chunk-2000"]
+
+
+@pytest.mark.parametrize("forked", [False, True])
+def test_the_next_chunk_is_classified_while_a_commit_is_unconfirmed(
+    fake: FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool
+) -> None:
+    """A chunk's commit (writing and syncing its part) does not hold back the chunk after those
+    in flight: the first commit waits until that chunk's request has reached the server."""
+    import threading
+
+    texts = headlines(200)
+    texts[100] = "MARKER the first text of the third chunk"
+    source = write_csv(tmp_path / "in.csv", texts)
+    asked = tmp_path / "third-chunk-asked"  # a file: the commit may run in the table process
+
+    def transport(request: Any) -> Any:
+        if b"MARKER" in request.content:
+            asked.touch()
+        return fake(request)
+
+    write, waited = job_module.write_columns, threading.Event()
+
+    def first_commit_waits(path: Path, table: OutputTable, columns: Any) -> None:
+        if path.name.endswith("000000000000.csv"):
+            for _ in range(500):  # at most 5 s: a job that waits for this commit never asks
+                if asked.exists():
+                    break
+                threading.Event().wait(0.01)
+            else:
+                raise OSError(5, "the third chunk was not asked while the first was committed")
+            waited.set()
+        write(path, table, columns)
+
+    monkeypatch.setattr(job_module, "write_columns", first_commit_waits)
+    monkeypatch.setattr(table_side, "forks", lambda: forked)
+    out = tmp_path / "out.csv"
+    report = classify_table(options(source, out, chunks_in_flight=2), classifier(httpx.MockTransport(transport)))
+    assert report.rows == 200 and asked.exists()
+    assert forked or waited.is_set()
