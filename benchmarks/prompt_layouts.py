@@ -11,9 +11,11 @@ For each text set (``benchmark``: the throughput benchmark's ~60-token news para
 ``compact``): the classifier's prompts' tokens a text, and the tokens vLLM computes a text
 once the prefix cache holds the whole blocks of the shared part. With ``--model``: the servers
 start once; each (text set, layout) is measured with ``abatch`` at the client's defaults and
-over client processes, on texts new to the servers; then, after the servers stop, one engine
-in process per server (under MPS where the servers were) answers each (text set, layout)'s
-prompts, started once for all of them (benchmarks/ceiling.py). Every rate is also given over
+over client processes, on texts new to the servers, ``--rounds`` times (the order changed each
+round); then, after the servers stop, one engine in process per server (under MPS where the
+servers were) answers each (text set, layout)'s prompts ``--rounds`` times, on prompts new to
+it each time, started once for all of them (benchmarks/ceiling.py). Each rate is the median of
+its rounds (every round's is kept). Every rate is also given over
 its own layout's ceiling and over the chat layout's ceiling of its text set (the compact
 layout's gain). Random weights: the layouts' accuracy is measured by training, not here
 (docs/training-and-calibration.md). Writes prompt-layouts.json.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -74,7 +77,10 @@ class Cell:
     tokens: Tokens
     defaults_per_s: float | None = None
     processes_per_s: float | None = None
+    #: the ceiling of the median round
     ceiling: Ceiling | None = None
+    #: each round's rate: at the defaults, over client processes, and the ceiling's
+    rounds: dict[str, list[float]] = field(default_factory=dict)
     #: each rate over this layout's ceiling, and over the chat layout's ceiling of the text set
     over_own_ceiling: dict[str, float | None] = field(default_factory=dict)
     over_chat_ceiling: dict[str, float | None] = field(default_factory=dict)
@@ -87,6 +93,7 @@ class LayoutsReport:
     server_args: list[str] = field(default_factory=list)
     items: int = 0
     client_processes: int = 0
+    rounds: int = 1
     cells: list[Cell] = field(default_factory=list)
 
 
@@ -138,6 +145,7 @@ def measure(options: argparse.Namespace) -> LayoutsReport:
         server_args=list(options.server_arg),
         items=options.items,
         client_processes=options.client_processes,
+        rounds=options.rounds,
     )
     group = ServerGroup(
         options.model,
@@ -157,9 +165,9 @@ def measure(options: argparse.Namespace) -> LayoutsReport:
         report.servers = len(urls)
         for texts, make in TEXT_SETS.items():
             for layout in LAYOUTS:
-                cell, work = _measure_cell(urls, tokenizer, texts, make, layout, options, offset)
-                offset += 3 * options.items
-                works.append(work)
+                cell, cell_works = _measure_cell(urls, tokenizer, texts, make, layout, options, offset)
+                offset += 3 * options.items * options.rounds
+                works += cell_works
                 report.cells.append(cell)
                 print(f"{texts} texts, {layout}: {cell.defaults_per_s}/s at the defaults, {cell.processes_per_s}/s "
                       f"over processes, {cell.tokens.computed_mean} tokens computed a text")  # fmt: skip
@@ -174,8 +182,9 @@ def measure(options: argparse.Namespace) -> LayoutsReport:
     try:
         env = daemon.env if daemon is not None else {}
         specs = [type(spec)(spec.model, spec.flags, {**spec.env, **env}) for spec in specs]
-        for cell, ceiling in zip(report.cells, measure_ceilings(specs, works, options.ceiling_timeout), strict=True):
-            cell.ceiling = ceiling
+        found = measure_ceilings(specs, works, options.ceiling_timeout)
+        for k, cell in enumerate(report.cells):
+            cell.ceiling = median_ceiling(cell, found[k * options.rounds : (k + 1) * options.rounds])
     finally:
         if daemon is not None:
             daemon.stop()
@@ -192,9 +201,9 @@ def _measure_cell(
     layout: PromptLayout,
     options: argparse.Namespace,
     offset: int,
-) -> tuple[Cell, CeilingWork]:
-    """One (text set, layout) on the servers, each run on texts new to them; and the work its
-    ceiling answers later."""
+) -> tuple[Cell, list[CeilingWork]]:
+    """One (text set, layout) on the servers, ``options.rounds`` times, each run on texts new
+    to them; and the works its ceiling answers later, one a round."""
     from langchain_qwen_fast import QwenClassifier
 
     def classifier(**load: Any) -> Any:
@@ -205,17 +214,44 @@ def _measure_cell(
         made.prepare()
         return made
 
+    items = options.items
     one = classifier()
     plan = one.prepare()
+    spread = classifier(client_processes=options.client_processes) if options.client_processes > 1 else None
     cell = Cell(texts, layout, tokens_of(plan, make(512, 0)))
-    cell.defaults_per_s = _rate(one, make(options.items, offset))
-    if options.client_processes > 1:
-        spread = classifier(client_processes=options.client_processes)
-        cell.processes_per_s = _rate(spread, make(options.items, offset + options.items))
+    paths = {"defaults": one, "client_processes": spread}
+    rates: dict[str, list[float]] = {name: [] for name, made in paths.items() if made is not None}
+    works = []
+    for round_number in range(options.rounds):
+        at = offset + 3 * items * round_number
+        order = list(rates) if round_number % 2 == 0 else list(reversed(rates))  # each path goes first in turn
+        for name in order:
+            rates[name].append(_rate(paths[name], make(items, at + (name != "defaults") * items)))
+        timed = plan.encode(make(items, at + 2 * items))
+        sampling = sampling_from_body(request_body(plan, "qwen3", timed[:1]))
+        warm_ups = plan.encode(make(64, 2 * 10**7 + at))
+        works.append(CeilingWork(prompts=timed, warm_ups=warm_ups, sampling=sampling))
+    if spread is not None:
         spread.close()
-    timed = plan.encode(make(options.items, offset + 2 * options.items))
-    sampling = sampling_from_body(request_body(plan, "qwen3", timed[:1]))
-    return cell, CeilingWork(prompts=timed, warm_ups=plan.encode(make(64, 2 * 10**7 + offset)), sampling=sampling)
+    cell.rounds = rates
+    cell.defaults_per_s = _median(rates["defaults"])
+    cell.processes_per_s = _median(rates.get("client_processes", []))
+    return cell, works
+
+
+def _median(rates: list[float]) -> float | None:
+    return round(statistics.median(rates), 1) if rates else None
+
+
+def median_ceiling(cell: Cell, ceilings: list[Ceiling]) -> Ceiling:
+    """The ceiling of the median round (each round's rate kept in ``cell.rounds``); the first
+    that failed where any did."""
+    failed = [c for c in ceilings if c.per_s is None]
+    cell.rounds["ceiling"] = [c.per_s for c in ceilings if c.per_s is not None]
+    if failed:
+        return failed[0]
+    ranked = sorted(ceilings, key=lambda c: c.per_s or 0.0)
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def _rate(classifier: Any, texts: list[str]) -> float:
@@ -254,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--items", type=int, default=16384, help="texts a run (default: 16384)")
     parser.add_argument("--client-processes", type=int, default=8, help="the second run's client processes")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each rate, their median kept (default: 1)")
     parser.add_argument("--ceiling-timeout", type=float, default=1800.0, help="seconds for the engines")
     parser.add_argument("--out", default="out/prompt-layouts")
     parser.add_argument("--label", default="", help="free text naming the machine, kept in the JSON")

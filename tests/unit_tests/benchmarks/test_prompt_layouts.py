@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from benchmarks.ceiling import Ceiling
-from benchmarks.prompt_layouts import Cell, LayoutsReport, Tokens, short_items, tokens_of, with_fractions
+from benchmarks.prompt_layouts import (
+    Cell,
+    LayoutsReport,
+    Tokens,
+    median_ceiling,
+    short_items,
+    tokens_of,
+    with_fractions,
+)
 from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, LabelSet, local_plan
 from langchain_qwen_fast.bench.report import header
 from tests.support.fake_vllm import ToyTokenizer
@@ -28,3 +36,12 @@ def test_every_rate_is_given_over_its_own_ceiling_and_the_chat_layouts() -> None
     assert chat.over_own_ceiling == {"defaults": 0.5, "client_processes": 0.8, "ceiling": 1.0}
     assert compact.over_own_ceiling["client_processes"] == 0.88
     assert compact.over_chat_ceiling == {"defaults": 0.6, "client_processes": 1.1, "ceiling": 1.25}
+
+
+def test_a_cell_s_ceiling_is_its_median_round_and_a_failed_round_is_named() -> None:
+    cell = Cell("short", "compact", Tokens(prompt_mean=1, shared=0, computed_mean=1))
+    rounds = [Ceiling(engines=6, items=9, per_s=rate) for rate in (900.0, 1200.0, 1000.0)]
+    assert median_ceiling(cell, rounds) is rounds[2]
+    assert cell.rounds["ceiling"] == [900.0, 1200.0, 1000.0]
+    failed = Ceiling(engines=6, items=9, error="engine 2: out of memory")
+    assert median_ceiling(cell, [rounds[0], failed]) is failed
