@@ -102,6 +102,8 @@ if TYPE_CHECKING:
 SYSTEMATIC_ROWS = 10
 #: The fewest rows a chunk the job sizes itself holds: a part file and a restart's step.
 MIN_CHUNK_ROWS = 1024
+#: The rows of a job's first chunk where the job sizes its chunks.
+FIRST_CHUNK_ROWS = 128
 #: Chunks asked of the table side ahead of those being classified: the next is read while the
 #: job's event loop is busy with replies, so a chunk is ready when one is done.
 READ_AHEAD = 2
@@ -469,7 +471,10 @@ class _Job:
                 return 0
             await self._set_up()
             size = self.options.chunk_rows or max(MIN_CHUNK_ROWS, self.answerer.rows_in_flight())
-            reads.extend(tables.read(size) for _ in range(READ_AHEAD))
+            # A chunk the job sizes itself starts small: the servers get their first requests
+            # as soon as a few rows are read, not a whole chunk's.
+            first = size if self.options.chunk_rows else min(size, FIRST_CHUNK_ROWS)
+            reads.extend(tables.read(first if k == 0 else size) for k in range(READ_AHEAD))
             while (chunk := await reads.popleft()) is not None:
                 reads.append(tables.read(size))
                 pending.append((chunk, asyncio.ensure_future(self._classify(chunk))))
