@@ -363,3 +363,21 @@ def test_the_next_chunk_is_classified_while_a_commit_is_unconfirmed(
     report = classify_table(options(source, out, chunks_in_flight=2), classifier(httpx.MockTransport(transport)))
     assert report.rows == 200 and asked.exists()
     assert forked or waited.is_set()
+
+
+def test_a_job_sizing_its_chunks_starts_with_a_small_one(
+    fake: FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = write_csv(tmp_path / "in.csv", headlines(1500))
+    starts: list[int] = []
+    commit = WorkFolder.commit
+
+    def recorded(folder: WorkFolder, start: int, *rest: Any) -> Any:
+        starts.append(start)
+        return commit(folder, start, *rest)
+
+    monkeypatch.setattr(WorkFolder, "commit", recorded)
+    monkeypatch.setattr(table_side, "forks", lambda: False)
+    report = classify_table(options(source, tmp_path / "out.csv", chunk_rows=None), classifier(fake.transport))
+    first = job_module.FIRST_CHUNK_ROWS
+    assert report.rows == 1500 and starts == [0, first, first + 1024]
