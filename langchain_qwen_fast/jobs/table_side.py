@@ -63,6 +63,8 @@ STOP_SECONDS = 60.0
 #: The pipes' buffer, asked of the kernel, so that sending a chunk's results seldom waits for
 #: the other side to read.
 PIPE_BYTES = 1 << 20
+#: How much lower the table process's scheduling priority is than the job's process's.
+TABLE_PROCESS_NICENESS = 10
 #: Requests the table process holds taken and not yet answered: the job has at most a chunk
 #: read ahead and a commit unconfirmed, so this bound is never reached.
 MAX_REQUESTS = 16
@@ -373,6 +375,10 @@ def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
     pipe closes, or a request fails (its error is the last reply)."""
     # Ctrl-C reaches the whole process group: the job stops this process itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The job's process sets the servers' pace; this one has time to spare. Where the two
+    # share too few cores, the scheduler gives the job's the first turn.
+    with contextlib.suppress(OSError):
+        os.nice(TABLE_PROCESS_NICENESS)
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
     gc.freeze()  # what the job's process holds is no garbage of this one

@@ -381,3 +381,24 @@ def test_a_job_sizing_its_chunks_starts_with_a_small_one(
     report = classify_table(options(source, tmp_path / "out.csv", chunk_rows=None), classifier(fake.transport))
     first = job_module.FIRST_CHUNK_ROWS
     assert report.rows == 1500 and starts == [0, first, first + 1024]
+
+
+def test_the_table_process_yields_the_cpu_to_the_job_s_process(tmp_path: Path) -> None:
+    import asyncio
+
+    from langchain_qwen_fast.jobs.tables import InputRow
+
+    rows = iter([InputRow("line 1", {"text": "x"}, "x", None, b"")])
+
+    async def drive() -> None:
+        side = table_side.TableSide(rows, 0, lambda *_: (tmp_path / f"niceness-{os.nice(0)}").touch())
+        tables = table_side.ForkedTables(side)
+        try:
+            assert await tables.read(1) is not None
+            await tables.commit(0, [_classification("World", {"World": 0.5, "Sports": 0.5})])
+        finally:
+            tables.reap()
+
+    asyncio.run(drive())
+    expected = min(19, os.nice(0) + table_side.TABLE_PROCESS_NICENESS)
+    assert [p.name for p in tmp_path.iterdir()] == [f"niceness-{expected}"]
