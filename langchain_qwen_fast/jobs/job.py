@@ -104,6 +104,8 @@ SYSTEMATIC_ROWS = 10
 MIN_CHUNK_ROWS = 1024
 #: The rows of a job's first chunk where the job sizes its chunks.
 FIRST_CHUNK_ROWS = 128
+#: Commits on their way to the table side at most: each holds its chunk's rows there.
+COMMITS_AHEAD = 4
 #: Chunks asked of the table side ahead of those being classified: the next is read while the
 #: job's event loop is busy with replies, so a chunk is ready when one is done.
 READ_AHEAD = 2
@@ -345,12 +347,26 @@ def classify_table(
 
 @dataclass(frozen=True)
 class _Committing:
-    """A chunk's commit, sent to the table side and not yet confirmed: its rows and those of
-    them with an input error, counted as finished once it is."""
+    """A chunk's commit, sent to the table side and not yet confirmed, and its rows."""
 
     sent: asyncio.Future[None]
     rows: int
-    errors: int
+
+
+async def _committed(committing: _Committing, bar: Any) -> None:
+    """Wait for a commit on its way (raising its failure) and show its rows as done."""
+    await committing.sent
+    if bar is not None:
+        bar.update(committing.rows)
+
+
+async def _ended(committing: deque[_Committing]) -> BaseException | None:
+    """Wait for every commit on its way to end; the failure of the first that failed."""
+    if not committing:
+        return None
+    await asyncio.wait({c.sent for c in committing})
+    failures = [c.sent.exception() for c in committing if not c.sent.cancelled()]
+    return next((f for f in failures if f is not None), None)
 
 
 class _Job:
@@ -457,15 +473,15 @@ class _Job:
         """Classify and commit every remaining row; returns how many. The rows are read and
         committed on the table side (:mod:`.table_side`: a process of its own where the
         platform forks), so that this process's event loop does little but classify. A chunk's
-        commit is sent as soon as its rows are checked and confirmed before the next chunk's
-        check: the next chunk starts classifying meanwhile, so the servers never wait on the
-        table side writing and syncing a part."""
+        commit is sent as soon as its rows are checked, and the next chunk starts classifying
+        without waiting for it: up to ``COMMITS_AHEAD`` commits are on their way, done by the
+        table side in order, so the servers never wait on it writing and syncing parts."""
         bar = _progress(self.options.progress, expected, start)
         pending: deque[tuple[ReadChunk, asyncio.Task[list[Result]]]] = deque()
         at = start
         tables = self.tables = open_tables(TableSide(rows, start, self._write_chunk))
         reads: deque[asyncio.Future[ReadChunk | None]] = deque()
-        committing: _Committing | None = None
+        committing: deque[_Committing] = deque()
         try:
             if not await tables.any_left():  # nothing left to classify: no server needed
                 return 0
@@ -480,21 +496,24 @@ class _Job:
                 pending.append((chunk, asyncio.ensure_future(self._classify(chunk))))
                 at += len(chunk)
                 while len(pending) >= self.options.chunks_in_flight:
-                    committing = await self._commit(*pending.popleft(), tables, committing, bar)
+                    await self._commit(*pending.popleft(), tables, committing, bar)
             while pending:
-                committing = await self._commit(*pending.popleft(), tables, committing, bar)
-            await self._committed(committing, bar)
-            committing = None
+                await self._commit(*pending.popleft(), tables, committing, bar)
+            while committing:
+                await _committed(committing.popleft(), bar)
+        except Exception as exc:
+            # The job stops: the commits on their way end first, and one that failed is the
+            # cause given (the rows its message counts as kept include that commit's chunk).
+            failed = await _ended(committing)
+            if failed is not None and failed is not exc:
+                raise failed from exc
+            raise
         finally:
             for _, task in pending:
                 task.cancel()
             for read in reads:
                 if read.done() and not read.cancelled():
                     read.exception()  # a chunk read ahead that failed: the job stopped for its own cause first
-            if committing is not None:  # the job stops for another cause: its last commit ends first
-                await asyncio.wait({committing.sent})
-                if not committing.sent.cancelled():
-                    committing.sent.exception()
             tables.close()
             if bar is not None:
                 bar.close()
@@ -539,25 +558,19 @@ class _Job:
         chunk: ReadChunk,
         task: asyncio.Task[list[Result]],
         tables: Tables,
-        before: _Committing | None,
+        committing: deque[_Committing],
         bar: Any,
-    ) -> _Committing:
-        """Once ``chunk`` is classified: confirm the commit sent before it, check the chunk's
-        rows and send its commit, returned unconfirmed."""
+    ) -> None:
+        """Once ``chunk`` is classified, check its rows and send its commit to the table side
+        (after the commits confirmed by then, and a place among ``COMMITS_AHEAD``); its rows
+        count as finished from then on."""
         results = await task
-        await self._committed(before, bar)
+        while committing and (committing[0].sent.done() or len(committing) >= COMMITS_AHEAD):
+            await _committed(committing.popleft(), bar)
         errors = self._check(chunk.start, chunk.places, results)
-        return _Committing(tables.commit(chunk.start, results), len(chunk), errors)
-
-    async def _committed(self, committing: _Committing | None, bar: Any) -> None:
-        """Wait for a commit sent and count its rows as finished."""
-        if committing is None:
-            return
-        await committing.sent
-        self.finished_rows += committing.rows
-        self.finished_errors += committing.errors
-        if bar is not None:
-            bar.update(committing.rows)
+        committing.append(_Committing(tables.commit(chunk.start, results), len(chunk)))
+        self.finished_rows += len(chunk)
+        self.finished_errors += errors
 
     def _check(self, start: int, places: list[str], results: list[Result]) -> int:
         """The chunk's rows with input errors; :class:`JobStopped` when the chunk is not to be

@@ -42,6 +42,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -174,10 +175,12 @@ def open_tables(side: TableSide, *, forked: bool | None = None) -> Tables:
 
 
 class LocalTables:
-    """The table side in the job's process: reading in the event loop, committing in a thread."""
+    """The table side in the job's process: reading in the event loop, committing in a thread
+    of its own, one chunk after the other."""
 
     def __init__(self, side: TableSide) -> None:
         self.side = side
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="qwen-fast-commit")
 
     async def any_left(self) -> bool:
         return self.side.any_left()
@@ -191,13 +194,14 @@ class LocalTables:
         return future
 
     def commit(self, start: int, results: list[Result]) -> asyncio.Future[None]:
-        return asyncio.ensure_future(asyncio.to_thread(self.side.commit, start, results))
+        return asyncio.get_running_loop().run_in_executor(self._committer, self.side.commit, start, results)
 
     def close(self) -> None:
         self.side.drop()
 
     def reap(self) -> None:
-        pass
+        """Wait for the commit under way, if any (the others are dropped)."""
+        self._committer.shutdown(wait=True, cancel_futures=True)
 
 
 # -- results across the pipe ----------------------------------------------------------------

@@ -327,24 +327,28 @@ def test_a_large_commit_sent_while_a_large_chunk_comes_back_does_not_wait_foreve
 
 
 @pytest.mark.parametrize("forked", [False, True])
-def test_the_next_chunk_is_classified_while_a_commit_is_unconfirmed(
+def test_chunks_are_classified_while_commits_are_on_their_way(
     fake: FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool
 ) -> None:
-    """A chunk's commit (writing and syncing its part) does not hold back the chunk after those
-    in flight: the first commit waits until that chunk's request has reached the server."""
+    """Commits (writing and syncing parts) do not hold back the chunks after those in flight:
+    the first commit waits until the last chunk read ahead of it has reached the server (the
+    commits after it are on their way); the commits are then done in order."""
     import threading
 
-    texts = headlines(200)
-    texts[100] = "MARKER the first text of the third chunk"
+    chunk_rows, in_flight = 50, 2
+    marked = (in_flight + job_module.READ_AHEAD - 1) * chunk_rows
+    texts = headlines(400)
+    texts[marked] = "MARKER the first text of the last chunk read ahead of the first commit"
     source = write_csv(tmp_path / "in.csv", texts)
-    asked = tmp_path / "third-chunk-asked"  # a file: the commit may run in the table process
+    asked = tmp_path / "marked-chunk-asked"  # a file: the commit may run in the table process
+    order = tmp_path / "commit-order"
 
     def transport(request: Any) -> Any:
         if b"MARKER" in request.content:
             asked.touch()
         return fake(request)
 
-    write, waited = job_module.write_columns, threading.Event()
+    write = job_module.write_columns
 
     def first_commit_waits(path: Path, table: OutputTable, columns: Any) -> None:
         if path.name.endswith("000000000000.csv"):
@@ -353,16 +357,18 @@ def test_the_next_chunk_is_classified_while_a_commit_is_unconfirmed(
                     break
                 threading.Event().wait(0.01)
             else:
-                raise OSError(5, "the third chunk was not asked while the first was committed")
-            waited.set()
+                raise OSError(5, "the marked chunk was not asked while the first was committed")
+        with order.open("a") as f:
+            f.write(path.name.split("-")[-1].split(".")[0] + "\n")
         write(path, table, columns)
 
     monkeypatch.setattr(job_module, "write_columns", first_commit_waits)
     monkeypatch.setattr(table_side, "forks", lambda: forked)
     out = tmp_path / "out.csv"
-    report = classify_table(options(source, out, chunks_in_flight=2), classifier(httpx.MockTransport(transport)))
-    assert report.rows == 200 and asked.exists()
-    assert forked or waited.is_set()
+    given = options(source, out, chunk_rows=chunk_rows, chunks_in_flight=in_flight)
+    report = classify_table(given, classifier(httpx.MockTransport(transport)))
+    assert report.rows == 400 and asked.exists()
+    assert [int(line) for line in order.read_text().split()] == list(range(0, 400, chunk_rows))
 
 
 def test_a_job_sizing_its_chunks_starts_with_a_small_one(
