@@ -12,8 +12,8 @@
 # 2. as many fp8 servers under MPS with their tokenizers (`qwen-fast serve --urls-file`), and
 #    over them, one after the other: the job beside `abatch` (benchmarks.classify_job),
 #    clients sending lists to `qwen-fast api` with WORKERS (default 1,4) worker processes
-#    beside `abatch` (benchmarks.service_lists), and the job on Ray beside the job without it
-#    (benchmarks.ray_classify; RAY=0 skips it).
+#    beside `abatch` (benchmarks.service_lists; SERVICE=0 skips it), and the job on Ray beside
+#    the job without it (benchmarks.ray_classify; RAY=0 skips it).
 # ROWS (default 32768) texts a round. Results: ${OUT:-out}/gpu-speed/{prompt-layouts,
 # classify-job,service-lists,ray}/.
 set -euo pipefail
@@ -39,9 +39,11 @@ for _ in $(seq 600); do [ -s "$out/urls.txt" ] && break; kill -0 "$serve" || exi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt"
 python3 -m benchmarks.classify_job --base-url "$out/urls.txt" --rows "$rows" --rounds "${JOB_ROUNDS:-3}" \
   --out "$out/classify-job" 2>&1 | tee "$out/classify-job.log"
-python3 -m benchmarks.service_lists --base-url "$out/urls.txt" --model qwen3 --texts "$rows" \
-  --workers "${WORKERS:-1,4}" --rounds "${SERVICE_ROUNDS:-3}" --out "$out/service-lists" ${SERVICE_ARGS:-} \
-  2>&1 | tee "$out/service-lists.log"
+if [ "${SERVICE:-1}" != 0 ]; then
+  python3 -m benchmarks.service_lists --base-url "$out/urls.txt" --model qwen3 --texts "$rows" \
+    --workers "${WORKERS:-1,4}" --rounds "${SERVICE_ROUNDS:-3}" --out "$out/service-lists" ${SERVICE_ARGS:-} \
+    2>&1 | tee "$out/service-lists.log"
+fi
 if [ "${RAY:-1}" != 0 ]; then
   python3 -m benchmarks.ray_classify --base-url "$out/urls.txt" --actors "${ACTORS:-4}" --rows "$((rows * 2))" \
     --rounds "${RAY_ROUNDS:-3}" --out "$out/ray" 2>&1 | tee "$out/ray.log"
