@@ -6,7 +6,8 @@
 #   TOK=DIR bash server/gpu_speed.sh
 # builds the random-weight Qwen3-0.6B-shaped model (TOK=DIR: copy its tokenizer), then:
 # 1. benchmarks.prompt_layouts (LAYOUTS=0 skips it): SERVERS (default 6) fp8 servers on GPU 0
-#    under MPS, started with --skip-tokenizer-init; each text set and layout with `abatch` at
+#    under MPS, started without their tokenizers (--server-arg=--skip-tokenizer-init); each
+#    text set and layout with `abatch` at
 #    the client's defaults and over PROCESSES (default 4) client processes, LAYOUT_ROUNDS
 #    (default 3) times; then vLLM's own ceiling, one engine in process per server;
 # 2. as many fp8 servers under MPS with their tokenizers (`qwen-fast serve --urls-file`), and

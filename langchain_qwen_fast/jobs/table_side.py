@@ -19,9 +19,11 @@ cost little to pickle and unpickle: a chunk classified without error as a list p
 a tuple a row. Elsewhere the same
 :class:`TableSide` runs in the job's process (:class:`LocalTables`).
 
-Every reply comes in the order of the requests, one per request, and the job asks for one chunk
-ahead of those being classified: the table process holds the rows of the chunks in flight, the
-chunk read ahead and the one being committed, never more. A failure on the table side (a row
+Every reply comes in the order of the requests, one per request. The job asks for chunks ahead
+of those being classified and sends commits without waiting for them, each within a bound
+(``READ_AHEAD``, ``COMMITS_AHEAD`` in :mod:`.job`): the table process holds the rows of the
+chunks in flight, read ahead and on their way to be committed, never more. Told to stop, it
+still does the commits sent before. A failure on the table side (a row
 that differs from a resumed job's, a file that cannot be written) comes back as the exception
 it raised; a table process that ends without a word is a :class:`DataFileError`.
 """
@@ -66,8 +68,8 @@ STOP_SECONDS = 60.0
 PIPE_BYTES = 1 << 20
 #: How much lower the table process's scheduling priority is than the job's process's.
 TABLE_PROCESS_NICENESS = 10
-#: Requests the table process holds taken and not yet answered: the job has at most a chunk
-#: read ahead and a commit unconfirmed, so this bound is never reached.
+#: Requests the table process holds taken and not yet answered: the job has at most its chunks
+#: read ahead and its commits on their way outstanding, so this bound is never reached.
 MAX_REQUESTS = 16
 
 
@@ -151,7 +153,7 @@ class Tables(Protocol):
     def commit(self, start: int, results: list[Result]) -> asyncio.Future[None]: ...
 
     def close(self) -> None:
-        """Stop the table side (after the request it is on)."""
+        """Stop the table side once the commits sent are done (no more replies are read)."""
 
     def reap(self) -> None:
         """Wait for the stopped table side to end (before the job's work folder is let go)."""
@@ -197,11 +199,12 @@ class LocalTables:
         return asyncio.get_running_loop().run_in_executor(self._committer, self.side.commit, start, results)
 
     def close(self) -> None:
-        self.side.drop()
+        """Nothing to stop: the commits sent end in :meth:`reap`."""
 
     def reap(self) -> None:
-        """Wait for the commit under way, if any (the others are dropped)."""
-        self._committer.shutdown(wait=True, cancel_futures=True)
+        """Wait for the commits sent, then forget the chunks read and not committed."""
+        self._committer.shutdown(wait=True)
+        self.side.drop()
 
 
 # -- results across the pipe ----------------------------------------------------------------
@@ -328,8 +331,8 @@ class ForkedTables:
         self._waiting.clear()
 
     def close(self) -> None:
-        """Tell the table process to end once the request it is on is done. The replies still
-        to come are not read: sending one, it ends."""
+        """Tell the table process to end once the commits sent are done. The replies still to
+        come are not read: it does no other request once it finds that out."""
         if self._send_conn.closed:
             return
         if self._failure is None:
@@ -392,6 +395,7 @@ def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
     # chunk read ahead comes back).
     requests: queue.Queue[tuple[Any, ...] | None] = queue.Queue(MAX_REQUESTS)
     threading.Thread(target=_take_requests, args=(inbox, requests), daemon=True).start()
+    replying = True
     while True:
         request = requests.get()
         if request is None:  # the job's end of the pipe closed
@@ -399,6 +403,8 @@ def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
         op = request[0]
         if op == "stop":
             return 0
+        if not replying and op != "commit":
+            continue  # the job stopped reading replies: only the commits it sent are still done
         try:
             if op == "any":
                 reply: Any = side.any_left()
@@ -408,13 +414,15 @@ def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
                 side.commit(request[1], unpack(request[2]))
                 reply = None
         except BaseException as exc:
-            with contextlib.suppress(OSError):
-                outbox.send(("error", _sendable(exc)))
+            if replying:
+                with contextlib.suppress(OSError):
+                    outbox.send(("error", _sendable(exc)))
             return 1
-        try:
-            outbox.send(("ok", reply))
-        except OSError:
-            return 0
+        if replying:
+            try:
+                outbox.send(("ok", reply))
+            except OSError:
+                replying = False
 
 
 def _take_requests(inbox: Connection, requests: queue.Queue[tuple[Any, ...] | None]) -> None:

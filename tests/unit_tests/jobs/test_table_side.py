@@ -408,3 +408,31 @@ def test_the_table_process_yields_the_cpu_to_the_job_s_process(tmp_path: Path) -
     asyncio.run(drive())
     expected = min(19, os.nice(0) + table_side.TABLE_PROCESS_NICENESS)
     assert [p.name for p in tmp_path.iterdir()] == [f"niceness-{expected}"]
+
+
+def test_a_stopped_table_process_still_does_the_commits_sent(tmp_path: Path) -> None:
+    """The job stops (and closes its pipes) while the table process is on a read it sent
+    before a commit: the reply finds no reader, and the commit is done all the same."""
+    import asyncio
+    import time
+
+    from langchain_qwen_fast.jobs.tables import InputRow
+
+    def rows() -> Any:
+        yield InputRow("line 1", {"text": "x"}, "x", None, b"")
+        time.sleep(0.5)  # the second chunk's read: the job has stopped by its end
+        yield InputRow("line 2", {"text": "y"}, "y", None, b"")
+
+    async def drive() -> None:
+        side = table_side.TableSide(rows(), 0, lambda start, *_: (tmp_path / f"chunk-{start}").touch())
+        tables = table_side.ForkedTables(side)
+        try:
+            assert await tables.read(1) is not None
+            tables.read(1)  # the slow read, before the commit
+            tables.commit(0, [_classification("World", {"World": 0.5, "Sports": 0.5})])
+            tables.close()
+        finally:
+            tables.reap()
+
+    asyncio.run(drive())
+    assert [p.name for p in tmp_path.iterdir()] == ["chunk-0"]
