@@ -385,7 +385,8 @@ class _Job:
         self.renames: dict[str, str] = {}
         #: the input's columns, as it names them (the output's, renamed: ``self.table.columns``)
         self.source_columns: list[str] = []
-        #: rows in finished chunks, and those of them with an input error (the error rate's)
+        #: rows in chunks committed or on their way to be, and those of them with an input error
+        #: (the error rate's, and what a stopped job says it keeps)
         self.finished_rows = 0
         self.finished_errors = 0
         self.set_up = False
