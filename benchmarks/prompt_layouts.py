@@ -15,7 +15,9 @@ over client processes, on texts new to the servers, ``--rounds`` times (the orde
 round); then, after the servers stop, one engine in process per server (under MPS where the
 servers were) answers each (text set, layout)'s prompts ``--rounds`` times, on prompts new to
 it each time, started once for all of them (benchmarks/ceiling.py). Each rate is the median of
-its rounds (every round's is kept). Every rate is also given over
+its rounds (every round's is kept), beside where the CPU went in each run: each role's CPU
+microseconds a text (the client with its client processes, the servers' API processes and
+engine cores) and the host's busy cores, with their medians. Every rate is also given over
 its own layout's ceiling and over the chat layout's ceiling of its text set (the compact
 layout's gain). Random weights: the layouts' accuracy is measured by training, not here
 (docs/training-and-calibration.md). Writes prompt-layouts.json.
@@ -35,8 +37,9 @@ from typing import Any
 
 from benchmarks.ceiling import Ceiling, CeilingWork, engine_spec, measure_ceilings, sampling_from_body
 from benchmarks.common import require_lab
+from benchmarks.sampling import HostCpuSampler, client_cpu_seconds
 from langchain_qwen_fast._core.prompting import CACHE_BLOCK_TOKENS, LAYOUTS, LabelSet, PromptLayout, local_plan
-from langchain_qwen_fast.bench.measure import LABELS
+from langchain_qwen_fast.bench.measure import LABELS, server_cpu_seconds
 from langchain_qwen_fast.bench.paths import request_body
 from langchain_qwen_fast.bench.report import Header, header, write_json
 from langchain_qwen_fast.testing.samples import headlines, news_items
@@ -69,6 +72,36 @@ class Tokens:
 
 
 @dataclass
+class RunCpu:
+    """Where one run's CPU went: each role's CPU microseconds a text (``client``: this process
+    and its client processes; ``api_server``, ``engine_core``, ``other``: the servers'
+    processes), and the host's busy cores over the run."""
+
+    us_a_text: dict[str, float]
+    host_cores_busy: float | None = None
+
+
+def cpu_a_text(before: dict[str, float], after: dict[str, float], texts: int) -> dict[str, float]:
+    """Each role's CPU microseconds a text between two readings of CPU seconds by role."""
+    return {role: round((after[role] - before[role]) / texts * 1e6, 1) for role in after if role in before}
+
+
+def median_cpu(runs: Sequence[RunCpu]) -> RunCpu | None:
+    """Each role's median over ``runs``, and the median busy cores (None where no run has them)."""
+    if not runs:
+        return None
+    roles = {role for run in runs for role in run.us_a_text}
+    busy = [run.host_cores_busy for run in runs if run.host_cores_busy is not None]
+    return RunCpu(
+        us_a_text={
+            role: round(statistics.median(run.us_a_text[role] for run in runs if role in run.us_a_text), 1)
+            for role in sorted(roles)
+        },
+        host_cores_busy=round(statistics.median(busy), 2) if busy else None,
+    )
+
+
+@dataclass
 class Cell:
     """One (text set, layout): its tokens and rates, and its fractions of the ceilings."""
 
@@ -81,6 +114,9 @@ class Cell:
     ceiling: Ceiling | None = None
     #: each round's rate: at the defaults, over client processes, and the ceiling's
     rounds: dict[str, list[float]] = field(default_factory=dict)
+    #: each round's CPU by path (``defaults``, ``client_processes``), and each path's medians
+    cpu_rounds: dict[str, list[RunCpu]] = field(default_factory=dict)
+    cpu: dict[str, RunCpu | None] = field(default_factory=dict)
     #: each rate over this layout's ceiling, and over the chat layout's ceiling of the text set
     over_own_ceiling: dict[str, float | None] = field(default_factory=dict)
     over_chat_ceiling: dict[str, float | None] = field(default_factory=dict)
@@ -161,16 +197,19 @@ def measure(options: argparse.Namespace) -> LayoutsReport:
     works: list[CeilingWork] = []
     offset = 0
     with group:
-        urls = group.base_urls
+        urls, pids = group.base_urls, group.pids
         report.servers = len(urls)
         for texts, make in TEXT_SETS.items():
             for layout in LAYOUTS:
-                cell, cell_works = _measure_cell(urls, tokenizer, texts, make, layout, options, offset)
+                cell, cell_works = _measure_cell(urls, pids, tokenizer, texts, make, layout, options, offset)
                 offset += 3 * options.items * options.rounds
                 works += cell_works
                 report.cells.append(cell)
                 print(f"{texts} texts, {layout}: {cell.defaults_per_s}/s at the defaults, {cell.processes_per_s}/s "
                       f"over processes, {cell.tokens.computed_mean} tokens computed a text")  # fmt: skip
+                for name, run_cpu in cell.cpu.items():
+                    if run_cpu is not None:
+                        print(f"  {name}: CPU us a text {run_cpu.us_a_text}, host cores busy {run_cpu.host_cores_busy}")
                 write_json(out / "prompt-layouts.json", report)
     specs = [engine_spec(server) for server in group.servers]
     daemon = None
@@ -195,6 +234,7 @@ def measure(options: argparse.Namespace) -> LayoutsReport:
 
 def _measure_cell(
     urls: list[str],
+    pids: Sequence[int],
     tokenizer: str,
     texts: str,
     make: Callable[[int, int], list[str]],
@@ -202,8 +242,8 @@ def _measure_cell(
     options: argparse.Namespace,
     offset: int,
 ) -> tuple[Cell, list[CeilingWork]]:
-    """One (text set, layout) on the servers, ``options.rounds`` times, each run on texts new
-    to them; and the works its ceiling answers later, one a round."""
+    """One (text set, layout) on the servers (their API processes ``pids``), ``options.rounds``
+    times, each run on texts new to them; and the works its ceiling answers later, one a round."""
     from langchain_qwen_fast import QwenClassifier
 
     def classifier(**load: Any) -> Any:
@@ -221,12 +261,15 @@ def _measure_cell(
     cell = Cell(texts, layout, tokens_of(plan, make(512, 0)))
     paths = {"defaults": one, "client_processes": spread}
     rates: dict[str, list[float]] = {name: [] for name, made in paths.items() if made is not None}
+    cpu: dict[str, list[RunCpu]] = {name: [] for name in rates}
     works = []
     for round_number in range(options.rounds):
         at = offset + 3 * items * round_number
         order = list(rates) if round_number % 2 == 0 else list(reversed(rates))  # each path goes first in turn
         for name in order:
-            rates[name].append(_rate(paths[name], make(items, at + (name != "defaults") * items)))
+            rate, run_cpu = _run(paths[name], make(items, at + (name != "defaults") * items), pids)
+            rates[name].append(rate)
+            cpu[name].append(run_cpu)
         timed = plan.encode(make(items, at + 2 * items))
         sampling = sampling_from_body(request_body(plan, "qwen3", timed[:1]))
         warm_ups = plan.encode(make(64, 2 * 10**7 + at))
@@ -234,6 +277,8 @@ def _measure_cell(
     if spread is not None:
         spread.close()
     cell.rounds = rates
+    cell.cpu_rounds = cpu
+    cell.cpu = {name: median_cpu(runs) for name, runs in cpu.items()}
     cell.defaults_per_s = _median(rates["defaults"])
     cell.processes_per_s = _median(rates.get("client_processes", []))
     return cell, works
@@ -254,11 +299,17 @@ def median_ceiling(cell: Cell, ceilings: list[Ceiling]) -> Ceiling:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def _rate(classifier: Any, texts: list[str]) -> float:
+def _run(classifier: Any, texts: list[str], pids: Sequence[int]) -> tuple[float, RunCpu]:
+    """One ``abatch`` over ``texts``: its rate, and where the CPU went meanwhile."""
+    host = HostCpuSampler()
+    before = {**server_cpu_seconds(pids), "client": client_cpu_seconds(pids)}
     start = time.perf_counter()
     results = asyncio.run(classifier.abatch(texts))
+    seconds = time.perf_counter() - start
+    after = {**server_cpu_seconds(pids), "client": client_cpu_seconds(pids)}
     assert len(results) == len(texts)
-    return round(len(texts) / (time.perf_counter() - start), 1)
+    run_cpu = RunCpu(cpu_a_text(before, after, len(texts)), host.stop().host_cores_busy)
+    return round(len(texts) / seconds, 1), run_cpu
 
 
 def render(report: LayoutsReport) -> str:

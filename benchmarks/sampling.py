@@ -153,6 +153,30 @@ class HostCpuSampler:
         )
 
 
+def client_cpu_seconds(server_pids: Sequence[int]) -> float:
+    """CPU seconds used so far by this process and its child processes outside the servers'
+    process trees (a classifier's client processes, and any helper the run started), with
+    the children already reaped; 0.0 without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return 0.0
+    me = psutil.Process()
+    servers = set(server_pids)
+    for pid in server_pids:
+        with contextlib.suppress(psutil.Error):
+            servers.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+    own = me.cpu_times()
+    total = own.user + own.system + own.children_user + own.children_system
+    for child in me.children(recursive=True):
+        if child.pid in servers:
+            continue
+        with contextlib.suppress(psutil.Error):
+            times = child.cpu_times()
+            total += times.user + times.system
+    return total
+
+
 def host_cpus() -> HostCpus:
     """The host's logical CPUs and physical cores (two logical CPUs a core: busy processes
     past the core count share a core's execution units)."""

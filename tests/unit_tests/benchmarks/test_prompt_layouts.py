@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 from benchmarks.ceiling import Ceiling
 from benchmarks.prompt_layouts import (
     Cell,
     LayoutsReport,
+    RunCpu,
     Tokens,
+    cpu_a_text,
     median_ceiling,
+    median_cpu,
     short_items,
     tokens_of,
     with_fractions,
@@ -45,3 +50,35 @@ def test_a_cell_s_ceiling_is_its_median_round_and_a_failed_round_is_named() -> N
     assert cell.rounds["ceiling"] == [900.0, 1200.0, 1000.0]
     failed = Ceiling(engines=6, items=9, error="engine 2: out of memory")
     assert median_ceiling(cell, [rounds[0], failed]) is failed
+
+
+def test_each_roles_cpu_a_text_and_its_median_over_rounds() -> None:
+    before = {"api_server": 1.0, "engine_core": 2.0, "client": 3.0}
+    after = {"api_server": 1.5, "engine_core": 3.0, "client": 3.25, "other": 9.0}  # "other" appeared late
+    assert cpu_a_text(before, after, 10_000) == {"api_server": 50.0, "engine_core": 100.0, "client": 25.0}
+    runs = [
+        RunCpu({"client": 20.0, "api_server": 60.0}, 14.0),
+        RunCpu({"client": 30.0, "api_server": 40.0}, None),
+        RunCpu({"client": 10.0, "api_server": 50.0}, 12.0),
+    ]
+    assert median_cpu(runs) == RunCpu({"api_server": 50.0, "client": 20.0}, 13.0)
+    assert median_cpu([]) is None
+
+
+def test_a_runs_cpu_is_taken_around_its_batch() -> None:
+    import asyncio
+
+    from benchmarks.prompt_layouts import _run
+
+    class Spinning:  # stands in for the classifier: an abatch that spends client CPU
+        async def abatch(self, texts: list[str]) -> list[str]:
+            await asyncio.sleep(0)
+            end = time.process_time() + 0.2
+            while time.process_time() < end:
+                pass
+            return list(texts)
+
+    rate, cpu = _run(Spinning(), ["a"] * 1000, [])
+    assert 0 < rate < 1000 / 0.2
+    assert cpu.us_a_text["client"] >= 0.2 / 1000 * 1e6 * 0.9  # about 200 us a text, the spin's
+    assert "api_server" not in cpu.us_a_text  # no servers given, none measured

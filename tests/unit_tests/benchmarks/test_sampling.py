@@ -39,3 +39,29 @@ def test_stage_means_are_the_new_sum_over_the_new_count() -> None:
     after = {"queue": (0.030, 20.0), "prefill": (1.0, 10.0), "ttft": (1.0, 1.0)}
     # prefill saw no new request and ttft has no earlier reading: neither is reported
     assert stage_means(before, after) == {"queue": 2.0}
+
+
+def test_the_clients_cpu_counts_its_own_children_but_not_the_servers() -> None:
+    psutil = pytest.importorskip("psutil")
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.sampling import client_cpu_seconds
+
+    spin = [sys.executable, "-c", "while True: pass"]
+    worker, server = subprocess.Popen(spin), subprocess.Popen(spin)
+    try:
+        start_with, start_without = client_cpu_seconds([]), client_cpu_seconds([server.pid])
+        deadline = time.monotonic() + 30
+        while min(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in (worker, server)) < 0.3:  # both alive
+            assert time.monotonic() < deadline, "the children got no CPU"
+            time.sleep(0.05)
+        with_server = client_cpu_seconds([]) - start_with
+        without_server = client_cpu_seconds([server.pid]) - start_without
+    finally:
+        for child in (worker, server):
+            child.kill()
+            child.wait(10)
+    assert with_server > without_server + 0.2  # the server's CPU is not the client's
+    assert without_server > 0.2  # the worker's is
