@@ -12,7 +12,7 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -333,7 +333,8 @@ class Procedure:
         """One level of the hierarchy for ``inputs``: each distinct prompt body is looked up
         in the cache, checked for length, asked and combined into its result once, and the
         result goes to every input with that body."""
-        level = _Level(inputs, plan, examples)
+        with collector.paused():
+            level = _Level(inputs, plan, examples)
         keys = self._cache_keys(plan, node, level.bodies)
         outcome: dict[str, Any] = self._cached(plan, keys)
         #: token ids of bodies tokenised here for their length check, to send as they are
@@ -344,10 +345,11 @@ class Procedure:
         else:
             yield from _local_length_steps(plan, unsure, outcome, prompt_of)
         pending = [b for b in level.bodies if outcome.get(b) is None]
-        answers = yield from self._ask_steps(plan, pending, prompt_of, sizes)
+        answers, made = yield from self._ask_steps(plan, pending, prompt_of, sizes)
         with collector.paused():
             for body in pending:
-                outcome[body] = self._combined(plan, [step[body] for step in answers])
+                done = made.get(body)
+                outcome[body] = done if done is not None else self._combined(plan, [step[body] for step in answers])
         self._store(keys, pending, outcome)
         return level.results(outcome)
 
@@ -399,11 +401,13 @@ class Procedure:
 
     def _ask_steps(
         self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], sizes: _Sizes
-    ) -> Steps[list[dict[str, Any]]]:
+    ) -> Steps[tuple[list[dict[str, Any]], dict[str, Any]]]:
         """Every step of every body, in grouped requests; each answer, or the exception that
-        ended its request, by step and body. A group refused for its content is split in
+        ended its request, by step and body; and, under a one-step plan, each body's result
+        made where its group's reply arrived. A group refused for its content is split in
         halves until the bad prompt stands alone."""
         answers: list[dict[str, Any]] = [{} for _ in plan.steps]
+        made: dict[str, Any] = {}
         groups = _groups(plan, bodies, sizes)
         while groups:
             replies = yield [self._group_call(plan, g, prompt_of) for g in groups]
@@ -419,22 +423,27 @@ class Procedure:
                     continue
                 for (body, k), answer in zip(group, reply.answers, strict=True):
                     answers[k][body] = answer
+                if reply.results is not None:
+                    made.update(zip((body for body, _ in group), reply.results, strict=True))
                 if sizes.usage is not None:
                     sizes.usage.record_counts(reply.counts, [(b, plan.steps[k].tail) for b, k in group])
             groups = split
-        return answers
+        return answers, made
 
     def _group_call(self, plan: ClassifierPlan, group: _Group, prompt_of: Mapping[str, list[int]]) -> Call:
         """The request for ``group``, its reply read as :class:`_GroupReply` where it arrives.
         With a local tokenizer, prompts not yet tokenised are tokenised when the request is
-        sent."""
+        sent. Under a one-step plan each answer is a body's whole result, so the reader makes
+        the results too: made while the other requests are still out, they are not left for
+        after the last reply, when the servers have nothing more to do."""
         step = group[0][1]
         if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
             prompts: Any = [_prompt(plan, prompt_of, b, k) for b, k in group]
         else:
             prompts = functools.partial(_encoded, plan, group, prompt_of)
         method, path, body = vllm_api.classify_call(plan, self.model, step, prompts)
-        return method, path, body, functools.partial(_read_group, plan, tuple(k for _, k in group))
+        finish = functools.partial(self._combined, plan) if len(plan.steps) == 1 else None
+        return method, path, body, functools.partial(_read_group, plan, tuple(k for _, k in group), finish)
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
         labels = plan.label_set.labels
@@ -616,14 +625,22 @@ def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
 @dataclass(frozen=True)
 class _GroupReply:
     """A group's reply as read where it arrived: each prompt's answer (its step's scores, or
-    the error its item ended with), in the group's order, and the reply's token counts."""
+    the error its item ended with), in the group's order, the reply's token counts, and each
+    prompt's result where the reader was given a way to make them."""
 
     answers: list[Any]
     counts: TokenCounts | None
+    results: list[Any] | None = None
 
 
-def _read_group(plan: ClassifierPlan, steps: tuple[int, ...], reply: Any) -> _GroupReply:
-    """A group's decoded reply, for prompts asking ``steps``, as a :class:`_GroupReply`."""
+def _read_group(
+    plan: ClassifierPlan,
+    steps: tuple[int, ...],
+    finish: Callable[[list[Any]], Any] | None,
+    reply: Any,
+) -> _GroupReply:
+    """A group's decoded reply, for prompts asking ``steps``, as a :class:`_GroupReply`;
+    ``finish`` (if any) makes each prompt's result from its answer, given as a one-item list."""
     try:
         items = vllm_api.reply_items(plan, reply)
     except ResponseFormatError as error:
@@ -638,7 +655,8 @@ def _read_group(plan: ClassifierPlan, steps: tuple[int, ...], reply: Any) -> _Gr
             answers.append(vllm_api.parse_item(plan, k, item))
         except QwenFastError as exc:
             answers.append(exc)
-    return _GroupReply(answers, parse_usage(reply))
+    results = [finish([answer]) for answer in answers] if finish is not None else None
+    return _GroupReply(answers, parse_usage(reply), results)
 
 
 def _with_path(result: Classification) -> Classification:

@@ -28,6 +28,7 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
+from langchain_qwen_fast._core.procedure import Procedure
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast._core.settings import EngineSettings
 from langchain_qwen_fast.errors import ConfigurationError
@@ -174,6 +175,37 @@ def test_batch_groups_prompts_per_request(fake: FakeVLLM) -> None:
     classifier.batch(headlines(200))
     grouped = fake.calls("/v1/completions")[before:]
     assert sorted(len(r.body["prompt"]) for r in grouped) == [50, 50, 50, 50]
+
+
+@pytest.mark.parametrize("labels", [LABELS, ["Sci/Tech", "Sci-Fi", "Sci", "Sports"]], ids=["one step", "steps"])
+async def test_results_are_made_as_the_replies_arrive(
+    fake: FakeVLLM, monkeypatch: pytest.MonkeyPatch, labels: list[str]
+) -> None:
+    """Under a one-step plan each text's result is made when its request's reply is read, so
+    little of the batch's own work is left for after the last reply (when the servers idle);
+    a text asked in several steps waits for all of them. One request at a time, so the
+    completions answered when a result is made show where it was made."""
+    classifier = make(fake, labels=labels, batch_size=16, max_concurrency=1)
+    plan = classifier.prepare()
+    texts = headlines(64)
+    want = [r.label for r in make(FakeVLLM(), labels=labels).batch(texts)]
+    made_after: list[int] = []
+    combined = Procedure._combined
+
+    def counted(self: Procedure, *args: Any) -> Any:
+        made_after.append(len(fake.calls("/v1/completions")))
+        return combined(self, *args)
+
+    monkeypatch.setattr(Procedure, "_combined", counted)
+    before = len(fake.calls("/v1/completions"))
+    results = await classifier.abatch(texts)
+    sent = len(fake.calls("/v1/completions")) - before
+    assert [r.label for r in results] == want
+    assert len(made_after) == len(texts)
+    if len(plan.steps) == 1:
+        assert sent == 4 and [n - before for n in made_after] == [1] * 16 + [2] * 16 + [3] * 16 + [4] * 16
+    else:
+        assert all(n - before == sent for n in made_after)
 
 
 @pytest.mark.parametrize(
