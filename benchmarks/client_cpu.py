@@ -14,6 +14,10 @@ over as many states, on the same kind of texts (new ones every call). Each row i
 over the rounds of the client process's CPU time a text (every thread of it) and of texts/s
 (one call's texts over its wall time); the ratios compare each tree with the first one given.
 ``--profile`` samples each client of the first tree with py-spy and writes its profile.
+``--paced R`` paces the stand-in at R texts a second (:class:`benchmarks.stand_in.Pace`), below
+what the client can do: the client is then not the bottleneck, as in front of GPU servers, and
+each row also gives its rate over R, the part of the servers' ceiling a call reaches, which
+the client's work before its first request and after its last reply keep below 1.
 Writes client-cpu.json.
 """
 
@@ -55,6 +59,9 @@ class Row:
     median_per_s: float | None = None
     #: the first tree's median CPU a text over this tree's (above 1: this tree costs less)
     cpu_gain: float | None = None
+    #: with a paced stand-in, each round's texts/s over its pace, and their median
+    over_ceiling: list[float] = field(default_factory=list)
+    median_over_ceiling: float | None = None
 
 
 @dataclass
@@ -63,6 +70,8 @@ class ClientCpuReport:
     texts: int
     rounds: int
     trees: dict[str, str]
+    #: the stand-in's pace, texts a second (None: unpaced)
+    paced: float | None = None
     rows: list[Row] = field(default_factory=list)
     profiles: dict[str, str] = field(default_factory=dict)
 
@@ -142,14 +151,13 @@ def _run_client(
 
 def measure(options: argparse.Namespace) -> ClientCpuReport:
     trees = dict(t.split("=", 1) for t in options.tree)
-    report = ClientCpuReport(header(options.label), options.texts, options.rounds, trees)
+    report = ClientCpuReport(header(options.label), options.texts, options.rounds, trees, options.paced)
     rows = {(name, path): Row(name, path) for name in trees for path in options.paths}
     port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.stand_in", "--port", str(port), "--tokenizer", str(options.tokenizer)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [sys.executable, "-m", "benchmarks.stand_in", "--port", str(port), "--tokenizer", str(options.tokenizer)]
+    if options.paced:
+        command += ["--texts-per-second", str(options.paced)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         _wait_for(url, server)
@@ -163,7 +171,13 @@ def measure(options: argparse.Namespace) -> ClientCpuReport:
                     result = _run_client(trees[name], path, url, options, start, None)
                     rows[name, path].cpu_us.append(round(result["cpu_us"], 2))
                     rows[name, path].per_s.append(round(result["per_s"], 1))
-                    print(f"round {round_} {name:>8} {path:<17} {result['cpu_us']:7.1f} µs a text", file=sys.stderr)
+                    if options.paced:
+                        rows[name, path].over_ceiling.append(round(result["per_s"] / options.paced, 3))
+                    print(
+                        f"round {round_} {name:>8} {path:<17} {result['cpu_us']:7.1f} µs a text, "
+                        f"{result['per_s']:9.1f} texts/s",
+                        file=sys.stderr,
+                    )
         if options.profile:
             out = Path(options.out)
             for path in options.paths:
@@ -177,6 +191,8 @@ def measure(options: argparse.Namespace) -> ClientCpuReport:
     for row in rows.values():
         row.median_cpu_us = round(statistics.median(row.cpu_us), 2)
         row.median_per_s = round(statistics.median(row.per_s), 1)
+        if row.over_ceiling:
+            row.median_over_ceiling = round(statistics.median(row.over_ceiling), 3)
     for row in rows.values():
         base = rows[first, row.path].median_cpu_us
         row.cpu_gain = round(base / row.median_cpu_us, 3) if base and row.median_cpu_us else None
@@ -198,9 +214,10 @@ def _wait_for(url: str, server: subprocess.Popen[bytes]) -> None:
 
 
 def render(report: ClientCpuReport) -> str:
-    lines = [f"{'tree':>8} {'path':<17} {'µs a text':>10} {'texts/s':>9} {'CPU gain':>9}"]
+    lines = [f"{'tree':>8} {'path':<17} {'µs a text':>10} {'texts/s':>9} {'CPU gain':>9} {'over pace':>9}"]
     for r in report.rows:
-        lines.append(f"{r.tree:>8} {r.path:<17} {r.median_cpu_us:>10} {r.median_per_s:>9} {r.cpu_gain!s:>9}")
+        paced = r.median_over_ceiling if r.median_over_ceiling is not None else ""
+        lines.append(f"{r.tree:>8} {r.path:<17} {r.median_cpu_us:>10} {r.median_per_s:>9} {r.cpu_gain!s:>9} {paced:>9}")
     return "\n".join(lines)
 
 
@@ -212,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--profile", action="store_true", help="py-spy profiles of the first tree's clients")
+    parser.add_argument("--paced", type=float, default=0.0, help="the stand-in's pace, texts a second (0: unpaced)")
     parser.add_argument("--out", default="out/client-cpu")
     parser.add_argument("--label", default="")
     parser.add_argument("--client", choices=PATHS, help=argparse.SUPPRESS)

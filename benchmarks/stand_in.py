@@ -10,11 +10,18 @@ the client that built it and reads the reply.
 A prompt's answer depends on its length only (one of a few fixed distributions), so answers
 differ between texts but never between runs; ``/tokenize`` uses the served model's tokenizer,
 so a client's set-up, which checks its own tokenizer against the server's, passes.
+
+``--texts-per-second R`` paces it like an engine of known speed: prompts are answered first
+come, first served, R a second, a request when its last prompt's turn is over. The servers'
+ceiling is then known exactly (R times the stand-ins), and a client that is not the bottleneck
+shows what it leaves idle: the work it does before its first request and after its last
+reply, when the engine has nothing to do.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -112,8 +119,23 @@ class StandIn:
         return head + choices + b"]," + orjson.dumps(tail)[1:]
 
 
-def serve(host: str, port: int, stand_in: StandIn) -> None:
-    """Serve ``stand_in`` on ``host:port`` until killed."""
+class Pace:
+    """An engine that answers ``rate`` prompts a second, first come, first served: the
+    seconds until a request of ``prompts`` prompts arriving at ``now`` is answered."""
+
+    def __init__(self, rate: float) -> None:
+        if rate <= 0:
+            raise ValueError(f"a pace needs a positive rate, not {rate}")
+        self.rate = rate
+        self._free_at = 0.0
+
+    def delay(self, prompts: int, now: float) -> float:
+        self._free_at = max(now, self._free_at) + prompts / self.rate
+        return self._free_at - now
+
+
+def serve(host: str, port: int, stand_in: StandIn, pace: Pace | None = None) -> None:
+    """Serve ``stand_in`` on ``host:port`` until killed; ``pace``: answer no faster than it."""
     from aiohttp import web
 
     def replied(data: bytes) -> web.Response:
@@ -129,7 +151,11 @@ def serve(host: str, port: int, stand_in: StandIn) -> None:
         return replied(stand_in.detokenize(orjson.loads(await request.read())))
 
     async def completions(request: web.Request) -> web.Response:
-        return replied(stand_in.completions(orjson.loads(await request.read())))
+        asked = stand_in.prompts
+        data = stand_in.completions(orjson.loads(await request.read()))
+        if pace is not None:
+            await asyncio.sleep(pace.delay(stand_in.prompts - asked, time.monotonic()))
+        return replied(data)
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="")
@@ -150,13 +176,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="qwen3", help="the served model name")
     parser.add_argument("--tokenizer", type=Path, help="a model folder with tokenizer.json (the served model's)")
     parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument(
+        "--texts-per-second", type=float, default=0.0, help="answer no faster than this, first come, first served"
+    )
     args = parser.parse_args(argv)
     tokenizer = None
     if args.tokenizer is not None:
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(args.tokenizer / "tokenizer.json"))
-    serve(args.host, args.port, StandIn(args.model, tokenizer, args.max_model_len))
+    pace = Pace(args.texts_per_second) if args.texts_per_second > 0 else None
+    serve(args.host, args.port, StandIn(args.model, tokenizer, args.max_model_len), pace)
     return 0
 
 

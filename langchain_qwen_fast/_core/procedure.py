@@ -12,7 +12,7 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -345,11 +345,14 @@ class Procedure:
         else:
             yield from _local_length_steps(plan, unsure, outcome, prompt_of)
         pending = [b for b in level.bodies if outcome.get(b) is None]
-        answers, made = yield from self._ask_steps(plan, pending, prompt_of, sizes)
+        answers, predicted = yield from self._ask_steps(plan, pending, prompt_of, sizes)
         with collector.paused():
             for body in pending:
-                done = made.get(body)
-                outcome[body] = done if done is not None else self._combined(plan, [step[body] for step in answers])
+                known = predicted.get(body)
+                if known is None:
+                    outcome[body] = self._combined(plan, [step[body] for step in answers])
+                else:
+                    outcome[body] = self._made(plan, known)
         self._store(keys, pending, outcome)
         return level.results(outcome)
 
@@ -389,28 +392,40 @@ class Procedure:
 
     def _combined(self, plan: ClassifierPlan, answers: list[Any]) -> Any:
         """A body's result from its steps' answers, or the error one of them ended with."""
+        if not isinstance(plan, DecisionPlan):
+            return self._made(plan, _prediction(plan, answers))
         failed = next((a for a in answers if isinstance(a, Exception)), None)
         if failed is not None:
             return failed
         try:
-            if isinstance(plan, DecisionPlan):
-                return Decided(answers=[self._result(_predicted(part, got), part) for part, got in plan.split(answers)])
-            return self._result(vllm_api.combine(plan, answers), plan)
+            return Decided(answers=[self._result(_predicted(part, got), part) for part, got in plan.split(answers)])
+        except QwenFastError as exc:
+            return exc
+
+    def _made(self, plan: ClassifierPlan, prediction: Prediction | Exception) -> Any:
+        """A body's result from its prediction, or the error it ended with."""
+        if isinstance(prediction, Exception):
+            return prediction
+        try:
+            return self._result(prediction, plan)
         except QwenFastError as exc:
             return exc
 
     def _ask_steps(
         self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], sizes: _Sizes
-    ) -> Steps[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    ) -> Steps[tuple[list[dict[str, Any]], dict[str, Prediction | Exception]]]:
         """Every step of every body, in grouped requests; each answer, or the exception that
-        ended its request, by step and body; and, under a one-step plan, each body's result
-        made where its group's reply arrived. A group refused for its content is split in
-        halves until the bad prompt stands alone."""
+        ended its request, by step and body; and, under a one-step plan, each body's
+        prediction (or error) made where its group's reply arrived. A group refused for its
+        content is split in halves until the bad prompt stands alone."""
         answers: list[dict[str, Any]] = [{} for _ in plan.steps]
-        made: dict[str, Any] = {}
-        groups = _groups(plan, bodies, sizes)
+        predicted: dict[str, Prediction | Exception] = {}
+        with collector.paused():
+            groups = _groups(plan, bodies, sizes)
         while groups:
-            replies = yield [self._group_call(plan, g, prompt_of) for g in groups]
+            with collector.paused():
+                calls = [self._group_call(plan, g, prompt_of) for g in groups]
+            replies = yield calls
             split: list[_Group] = []
             for group, reply in zip(groups, replies, strict=True):
                 if splits_group(reply) and len(group) > 1:
@@ -423,33 +438,35 @@ class Procedure:
                     continue
                 for (body, k), answer in zip(group, reply.answers, strict=True):
                     answers[k][body] = answer
-                if reply.results is not None:
-                    made.update(zip((body for body, _ in group), reply.results, strict=True))
+                if reply.predictions is not None:
+                    predicted.update(zip((body for body, _ in group), reply.predictions, strict=True))
                 if sizes.usage is not None:
                     sizes.usage.record_counts(reply.counts, [(b, plan.steps[k].tail) for b, k in group])
             groups = split
-        return answers, made
+        return answers, predicted
 
     def _group_call(self, plan: ClassifierPlan, group: _Group, prompt_of: Mapping[str, list[int]]) -> Call:
         """The request for ``group``, its reply read as :class:`_GroupReply` where it arrives.
         With a local tokenizer, prompts not yet tokenised are tokenised when the request is
-        sent. Under a one-step plan each answer is a body's whole result, so the reader makes
-        the results too: made while the other requests are still out, they are not left for
-        after the last reply, when the servers have nothing more to do."""
+        sent. Under a one-step plan each answer is all a body's prediction needs, so the
+        reader makes the predictions too: made while the other requests are still out, they
+        are not left for after the last reply, when the servers have nothing more to do. (The
+        result objects are made after it: made here, the collector would walk them again and
+        again while the batch runs.)"""
         step = group[0][1]
         if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
             prompts: Any = [_prompt(plan, prompt_of, b, k) for b, k in group]
         else:
             prompts = functools.partial(_encoded, plan, group, prompt_of)
         method, path, body = vllm_api.classify_call(plan, self.model, step, prompts)
-        finish = functools.partial(self._combined, plan) if len(plan.steps) == 1 else None
-        return method, path, body, functools.partial(_read_group, plan, tuple(k for _, k in group), finish)
+        one_step = len(plan.steps) == 1 and not isinstance(plan, DecisionPlan)
+        return method, path, body, functools.partial(_read_group, plan, tuple(k for _, k in group), one_step)
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
         labels = plan.label_set.labels
         scoring = plan.scoring
         if prediction.scores is None:
-            label = labels[prediction.index]
+            label = labels[prediction.best]
             return Classification(label=label, labels=[label], scoring=scoring)
         values = prediction.scores
         if self.rules.temperature != 1.0:
@@ -462,7 +479,7 @@ class Procedure:
             return Classification(label=best, labels=chosen, scores=scores, scoring=scoring, multi_label=True)
         if self.rules.abstain_below is not None and max(values) < self.rules.abstain_below:
             return Classification(label=None, labels=[], scores=scores, abstained=True, scoring=scoring)
-        label = labels[prediction.index]
+        label = labels[prediction.best]
         return Classification(label=label, labels=[label], scores=scores, scoring=scoring)
 
     def _fingerprint(self, plan: ClassifierPlan, node: Node) -> str:
@@ -625,22 +642,17 @@ def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
 @dataclass(frozen=True)
 class _GroupReply:
     """A group's reply as read where it arrived: each prompt's answer (its step's scores, or
-    the error its item ended with), in the group's order, the reply's token counts, and each
-    prompt's result where the reader was given a way to make them."""
+    the error its item ended with), in the group's order, the reply's token counts, and,
+    under a one-step plan, each prompt's prediction or error."""
 
     answers: list[Any]
     counts: TokenCounts | None
-    results: list[Any] | None = None
+    predictions: list[Prediction | Exception] | None = None
 
 
-def _read_group(
-    plan: ClassifierPlan,
-    steps: tuple[int, ...],
-    finish: Callable[[list[Any]], Any] | None,
-    reply: Any,
-) -> _GroupReply:
-    """A group's decoded reply, for prompts asking ``steps``, as a :class:`_GroupReply`;
-    ``finish`` (if any) makes each prompt's result from its answer, given as a one-item list."""
+def _read_group(plan: ClassifierPlan, steps: tuple[int, ...], one_step: bool, reply: Any) -> _GroupReply:
+    """A group's decoded reply, for prompts asking ``steps``, as a :class:`_GroupReply`
+    (with each prompt's prediction if ``one_step``: the plan asks each text one step)."""
     try:
         items = vllm_api.reply_items(plan, reply)
     except ResponseFormatError as error:
@@ -655,8 +667,20 @@ def _read_group(
             answers.append(vllm_api.parse_item(plan, k, item))
         except QwenFastError as exc:
             answers.append(exc)
-    results = [finish([answer]) for answer in answers] if finish is not None else None
-    return _GroupReply(answers, parse_usage(reply), results)
+    predictions = [_prediction(plan, [answer]) for answer in answers] if one_step else None
+    return _GroupReply(answers, parse_usage(reply), predictions)
+
+
+def _prediction(plan: ClassifierPlan, answers: list[Any]) -> Prediction | Exception:
+    """A text's prediction from its steps' answers, or the error one of them (or their
+    combination) ended with."""
+    failed = next((a for a in answers if isinstance(a, Exception)), None)
+    if failed is not None:
+        return failed
+    try:
+        return vllm_api.combine(plan, answers)
+    except QwenFastError as exc:
+        return exc
 
 
 def _with_path(result: Classification) -> Classification:

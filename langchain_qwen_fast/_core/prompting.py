@@ -52,7 +52,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from langchain_qwen_fast.errors import ConfigurationError, ContextLengthError, ResponseFormatError
 
@@ -551,11 +551,15 @@ class ClassifierPlan:
         return Prediction.of(list(label_probabilities(answers[0], self.answer_token_ids)))
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """A text's best label and, when the scoring gives them, every label's probability."""
+class Prediction(NamedTuple):
+    """A text's best label and, when the scoring gives them, every label's probability.
 
-    index: int
+    A tuple of numbers, so the cyclic garbage collector stops tracking it at its first pass:
+    a batch's predictions, made while its other requests are out, never add to the heap that
+    its full passes walk."""
+
+    #: the best label's index
+    best: int
     scores: tuple[float, ...] | None
 
     @classmethod

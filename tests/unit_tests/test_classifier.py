@@ -28,7 +28,7 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
-from langchain_qwen_fast._core.procedure import Procedure
+from langchain_qwen_fast._core import procedure
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast._core.settings import EngineSettings
 from langchain_qwen_fast.errors import ConfigurationError
@@ -178,25 +178,25 @@ def test_batch_groups_prompts_per_request(fake: FakeVLLM) -> None:
 
 
 @pytest.mark.parametrize("labels", [LABELS, ["Sci/Tech", "Sci-Fi", "Sci", "Sports"]], ids=["one step", "steps"])
-async def test_results_are_made_as_the_replies_arrive(
+async def test_predictions_are_made_as_the_replies_arrive(
     fake: FakeVLLM, monkeypatch: pytest.MonkeyPatch, labels: list[str]
 ) -> None:
-    """Under a one-step plan each text's result is made when its request's reply is read, so
-    little of the batch's own work is left for after the last reply (when the servers idle);
-    a text asked in several steps waits for all of them. One request at a time, so the
-    completions answered when a result is made show where it was made."""
+    """Under a one-step plan each text's prediction is made when its request's reply is read,
+    so little of the batch's own work is left for after the last reply (when the servers
+    idle); a text asked in several steps waits for all of them. One request at a time, so the
+    completions answered when a prediction is made show where it was made."""
     classifier = make(fake, labels=labels, batch_size=16, max_concurrency=1)
     plan = classifier.prepare()
     texts = headlines(64)
     want = [r.label for r in make(FakeVLLM(), labels=labels).batch(texts)]
     made_after: list[int] = []
-    combined = Procedure._combined
+    predicted = procedure._prediction
 
-    def counted(self: Procedure, *args: Any) -> Any:
+    def counted(*args: Any) -> Any:
         made_after.append(len(fake.calls("/v1/completions")))
-        return combined(self, *args)
+        return predicted(*args)
 
-    monkeypatch.setattr(Procedure, "_combined", counted)
+    monkeypatch.setattr(procedure, "_prediction", counted)
     before = len(fake.calls("/v1/completions"))
     results = await classifier.abatch(texts)
     sent = len(fake.calls("/v1/completions")) - before

@@ -130,7 +130,7 @@ def test_sequence_scores_are_products_normalised() -> None:
     prediction = p.combine([answers[s.path] for s in steps])
     raw = [0.8 * 0.5 * 0.9, 0.8 * 0.2, 0.8 * 0.1, 0.1]
     assert prediction.scores == pytest.approx([r / sum(raw) for r in raw])
-    assert prediction.index == 0
+    assert prediction.best == 0
 
 
 def test_yes_probability() -> None:

@@ -90,7 +90,7 @@ def check_prediction(plan: ClassifierPlan, item: Any) -> None:
         prediction = api.combine(plan, [api.parse_item(plan, 0, item)])
     except QwenFastError:
         return  # a typed error naming the problem
-    assert 0 <= prediction.index < len(LABELS.labels)
+    assert 0 <= prediction.best < len(LABELS.labels)
     if prediction.scores is not None:
         assert len(prediction.scores) == len(LABELS.labels)
         assert all(0.0 <= p <= 1.0 for p in prediction.scores)

@@ -105,7 +105,7 @@ def test_parse_choice_gives_the_label_and_its_probabilities() -> None:
     answer = api.parse_item(PLAN, 0, choice(102, logprobs))
     assert answer == pytest.approx(logprobs)
     prediction = api.combine(PLAN, [answer])
-    assert prediction.index == 1 and prediction.scores == pytest.approx((0.1, 0.7, 0.2))
+    assert prediction.best == 1 and prediction.scores == pytest.approx((0.1, 0.7, 0.2))
 
 
 FALLBACK = dataclasses.replace(PLAN, has_logprob_token_ids=False)
@@ -115,7 +115,7 @@ def test_top_k_fallback_counts_the_chosen_token_even_when_missing_from_top_logpr
     item = choice(101, {102: math.log(0.5)})
     item["logprobs"]["token_logprobs"] = [math.log(0.5)]
     prediction = api.combine(FALLBACK, [api.parse_choice(FALLBACK, 0, item)])
-    assert prediction.index == 0 and prediction.scores == pytest.approx((0.5, 0.5, 0.0))
+    assert prediction.best == 0 and prediction.scores == pytest.approx((0.5, 0.5, 0.0))
 
 
 def test_with_logprob_token_ids_the_sampled_token_is_not_read() -> None:
@@ -170,7 +170,7 @@ def test_constrained_choice_replies() -> None:
 def test_parse_head() -> None:
     head = dataclasses.replace(PLAN, scoring="head")
     prediction = api.combine(head, [api.parse_item(head, 0, {"index": 0, "probs": [0.2, 0.2, 0.6]})])
-    assert prediction.index == 2 and prediction.scores == pytest.approx((0.2, 0.2, 0.6))
+    assert prediction.best == 2 and prediction.scores == pytest.approx((0.2, 0.2, 0.6))
     with pytest.raises(ResponseFormatError, match="2 class probabilities for 3 labels"):
         api.parse_item(head, 0, {"probs": [0.5, 0.5]})
     for bad in ([0, 0, 0], [float("nan"), 1, 1], [-1, 1, 1], ["a", 1, 1], [2, 0, 0]):
@@ -181,7 +181,7 @@ def test_parse_head() -> None:
 def test_a_multi_label_head_keeps_independent_probabilities() -> None:
     head = dataclasses.replace(PLAN, scoring="head", label_set=LabelSet.build(LABELS.labels, multi_label=True))
     prediction = api.combine(head, [api.parse_item(head, 0, {"probs": [0.9, 0.8, 0.1]})])
-    assert prediction.scores == pytest.approx((0.9, 0.8, 0.1)) and prediction.index == 0
+    assert prediction.scores == pytest.approx((0.9, 0.8, 0.1)) and prediction.best == 0
 
 
 def test_reply_items_by_index() -> None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 
 import orjson
+import pytest
 
-from benchmarks.stand_in import StandIn
+from benchmarks.stand_in import Pace, StandIn
 
 
 def test_a_completion_reply_has_a_choice_a_prompt_with_every_answer_token_s_logprob() -> None:
@@ -23,3 +24,12 @@ def test_a_completion_reply_has_a_choice_a_prompt_with_every_answer_token_s_logp
     one = orjson.loads(stand_in.completions({"prompt": [5, 6], "logprob_token_ids": [7, 8]}))
     assert len(one["choices"]) == 1  # a token-id list is one prompt
     assert orjson.loads(stand_in.models())["data"][0]["max_model_len"] == 4096
+
+
+def test_a_pace_answers_its_rate_first_come_first_served() -> None:
+    pace = Pace(1000.0)
+    assert math.isclose(pace.delay(100, now=10.0), 0.1)  # idle: its own prompts' time
+    assert math.isclose(pace.delay(50, now=10.05), 0.1)  # queued behind the first until 10.1
+    assert math.isclose(pace.delay(10, now=20.0), 0.01)  # idle again: nothing carried over
+    with pytest.raises(ValueError, match="positive rate"):
+        Pace(0)
