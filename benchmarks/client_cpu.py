@@ -14,10 +14,11 @@ over as many states, on the same kind of texts (new ones every call). Each row i
 over the rounds of the client process's CPU time a text (every thread of it) and of texts/s
 (one call's texts over its wall time); the ratios compare each tree with the first one given.
 ``--profile`` samples each client of the first tree with py-spy and writes its profile.
-``--paced R`` paces the stand-in at R texts a second (:class:`benchmarks.stand_in.Pace`), below
-what the client can do: the client is then not the bottleneck, as in front of GPU servers, and
-each row also gives its rate over R, the part of the servers' ceiling a call reaches, which
-the client's work before its first request and after its last reply keep below 1.
+``--paced R`` paces each stand-in at R texts a second (:class:`benchmarks.stand_in.Pace`), and
+``--stand-ins N`` starts N of them, the client's replicas: with N x R below what the client can
+do, the client is not the bottleneck, as in front of GPU servers, and each row also gives its
+rate over N x R, the part of the servers' ceiling a call reaches, which the client's work
+before its first request and after its last reply keep below 1.
 Writes client-cpu.json.
 """
 
@@ -59,7 +60,7 @@ class Row:
     median_per_s: float | None = None
     #: the first tree's median CPU a text over this tree's (above 1: this tree costs less)
     cpu_gain: float | None = None
-    #: with a paced stand-in, each round's texts/s over its pace, and their median
+    #: with paced stand-ins, each round's texts/s over their paces' sum, and their median
     over_ceiling: list[float] = field(default_factory=list)
     median_over_ceiling: float | None = None
 
@@ -70,8 +71,9 @@ class ClientCpuReport:
     texts: int
     rounds: int
     trees: dict[str, str]
-    #: the stand-in's pace, texts a second (None: unpaced)
+    #: each stand-in's pace, texts a second (None: unpaced)
     paced: float | None = None
+    stand_ins: int = 1
     rows: list[Row] = field(default_factory=list)
     profiles: dict[str, str] = field(default_factory=dict)
 
@@ -95,7 +97,7 @@ def client(path: str, url: str, tokenizer: str, texts: int, start: int, profile:
 
         from langchain_qwen_fast import QwenDecisionModel
 
-        model = QwenDecisionModel(base_url=url, model="qwen3", tokenizer_path=tokenizer)
+        model = QwenDecisionModel(base_url=url.split(","), model="qwen3", tokenizer_path=tokenizer)
         question = Choice(instructions="Which section is this news item for?", criteria=dict.fromkeys(_LABELS))
         questions = {"topic": question}
 
@@ -103,7 +105,9 @@ def client(path: str, url: str, tokenizer: str, texts: int, start: int, profile:
             return asyncio.run(model.abatch([{"state": t, "questions": questions} for t in batch]))
 
     else:
-        classifier = QwenClassifier(labels=_LABELS, base_url=url, model="qwen3", tokenizer_path=tokenizer_path)
+        classifier = QwenClassifier(
+            labels=_LABELS, base_url=url.split(","), model="qwen3", tokenizer_path=tokenizer_path
+        )
 
         def call(batch: list[str]) -> Any:
             if path == "batch-text":
@@ -151,16 +155,24 @@ def _run_client(
 
 def measure(options: argparse.Namespace) -> ClientCpuReport:
     trees = dict(t.split("=", 1) for t in options.tree)
-    report = ClientCpuReport(header(options.label), options.texts, options.rounds, trees, options.paced)
+    report = ClientCpuReport(
+        header(options.label), options.texts, options.rounds, trees, options.paced, options.stand_ins
+    )
     rows = {(name, path): Row(name, path) for name in trees for path in options.paths}
-    port = _free_port()
-    command = [sys.executable, "-m", "benchmarks.stand_in", "--port", str(port), "--tokenizer", str(options.tokenizer)]
-    if options.paced:
-        command += ["--texts-per-second", str(options.paced)]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
+    ceiling = options.paced * options.stand_ins
+    servers, urls = [], []
+    for _ in range(options.stand_ins):
+        port = _free_port()
+        command = [sys.executable, "-m", "benchmarks.stand_in", "--port", str(port)]
+        command += ["--tokenizer", str(options.tokenizer)]
+        if options.paced:
+            command += ["--texts-per-second", str(options.paced)]
+        servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        urls.append(f"http://127.0.0.1:{port}/v1")
+    url = ",".join(urls)
     try:
-        _wait_for(url, server)
+        for one, server in zip(urls, servers, strict=True):
+            _wait_for(one, server)
         names = list(trees)
         start = 0
         for round_ in range(options.rounds):
@@ -172,7 +184,7 @@ def measure(options: argparse.Namespace) -> ClientCpuReport:
                     rows[name, path].cpu_us.append(round(result["cpu_us"], 2))
                     rows[name, path].per_s.append(round(result["per_s"], 1))
                     if options.paced:
-                        rows[name, path].over_ceiling.append(round(result["per_s"] / options.paced, 3))
+                        rows[name, path].over_ceiling.append(round(result["per_s"] / ceiling, 3))
                     print(
                         f"round {round_} {name:>8} {path:<17} {result['cpu_us']:7.1f} µs a text, "
                         f"{result['per_s']:9.1f} texts/s",
@@ -185,8 +197,10 @@ def measure(options: argparse.Namespace) -> ClientCpuReport:
                 _run_client(trees[names[0]], path, url, options, start + 10**8, raw)
                 report.profiles[path] = str(raw)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=30)
     first = names[0]
     for row in rows.values():
         row.median_cpu_us = round(statistics.median(row.cpu_us), 2)
@@ -229,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--profile", action="store_true", help="py-spy profiles of the first tree's clients")
-    parser.add_argument("--paced", type=float, default=0.0, help="the stand-in's pace, texts a second (0: unpaced)")
+    parser.add_argument("--paced", type=float, default=0.0, help="each stand-in's pace, texts a second (0: unpaced)")
+    parser.add_argument("--stand-ins", type=int, default=1, help="stand-in servers, the client's replicas")
     parser.add_argument("--out", default="out/client-cpu")
     parser.add_argument("--label", default="")
     parser.add_argument("--client", choices=PATHS, help=argparse.SUPPRESS)

@@ -12,7 +12,8 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -345,14 +346,12 @@ class Procedure:
         else:
             yield from _local_length_steps(plan, unsure, outcome, prompt_of)
         pending = [b for b in level.bodies if outcome.get(b) is None]
-        answers, predicted = yield from self._ask_steps(plan, pending, prompt_of, sizes)
+        finisher = _Finisher(functools.partial(self._made, plan)) if _one_step(plan) else None
+        answers = yield from self._ask_steps(plan, pending, prompt_of, sizes, finisher)
+        made = finisher.finish() if finisher is not None else {}
         with collector.paused():
             for body in pending:
-                known = predicted.get(body)
-                if known is None:
-                    outcome[body] = self._combined(plan, [step[body] for step in answers])
-                else:
-                    outcome[body] = self._made(plan, known)
+                outcome[body] = made[body] if body in made else self._combined(plan, [step[body] for step in answers])
         self._store(keys, pending, outcome)
         return level.results(outcome)
 
@@ -412,19 +411,23 @@ class Procedure:
             return exc
 
     def _ask_steps(
-        self, plan: ClassifierPlan, bodies: list[str], prompt_of: Mapping[str, list[int]], sizes: _Sizes
-    ) -> Steps[tuple[list[dict[str, Any]], dict[str, Prediction | Exception]]]:
+        self,
+        plan: ClassifierPlan,
+        bodies: list[str],
+        prompt_of: Mapping[str, list[int]],
+        sizes: _Sizes,
+        finisher: _Finisher | None = None,
+    ) -> Steps[list[dict[str, Any]]]:
         """Every step of every body, in grouped requests; each answer, or the exception that
-        ended its request, by step and body; and, under a one-step plan, each body's
-        prediction (or error) made where its group's reply arrived. A group refused for its
-        content is split in halves until the bad prompt stands alone."""
+        ended its request, by step and body (and, with a ``finisher``, each reply's
+        predictions handed to it where the reply arrives). A group refused for its content is
+        split in halves until the bad prompt stands alone."""
         answers: list[dict[str, Any]] = [{} for _ in plan.steps]
-        predicted: dict[str, Prediction | Exception] = {}
         with collector.paused():
             groups = _groups(plan, bodies, sizes)
         while groups:
             with collector.paused():
-                calls = [self._group_call(plan, g, prompt_of) for g in groups]
+                calls = [self._group_call(plan, g, prompt_of, finisher) for g in groups]
             replies = yield calls
             split: list[_Group] = []
             for group, reply in zip(groups, replies, strict=True):
@@ -438,29 +441,33 @@ class Procedure:
                     continue
                 for (body, k), answer in zip(group, reply.answers, strict=True):
                     answers[k][body] = answer
-                if reply.predictions is not None:
-                    predicted.update(zip((body for body, _ in group), reply.predictions, strict=True))
                 if sizes.usage is not None:
                     sizes.usage.record_counts(reply.counts, [(b, plan.steps[k].tail) for b, k in group])
             groups = split
-        return answers, predicted
+        return answers
 
-    def _group_call(self, plan: ClassifierPlan, group: _Group, prompt_of: Mapping[str, list[int]]) -> Call:
+    def _group_call(
+        self,
+        plan: ClassifierPlan,
+        group: _Group,
+        prompt_of: Mapping[str, list[int]],
+        finisher: _Finisher | None = None,
+    ) -> Call:
         """The request for ``group``, its reply read as :class:`_GroupReply` where it arrives.
         With a local tokenizer, prompts not yet tokenised are tokenised when the request is
-        sent. Under a one-step plan each answer is all a body's prediction needs, so the
-        reader makes the predictions too: made while the other requests are still out, they
-        are not left for after the last reply, when the servers have nothing more to do. (The
-        result objects are made after it: made here, the collector would walk them again and
-        again while the batch runs.)"""
+        sent. With a ``finisher`` (a one-step plan: each answer is all a body's prediction
+        needs) the reader makes the predictions too and hands them to it: made while the other
+        requests are still out, they and their results are not left for after the last reply,
+        when the servers have nothing more to do."""
         step = group[0][1]
         if plan.tokenizer is None or all(b in prompt_of for b, _ in group):
             prompts: Any = [_prompt(plan, prompt_of, b, k) for b, k in group]
         else:
             prompts = functools.partial(_encoded, plan, group, prompt_of)
         method, path, body = vllm_api.classify_call(plan, self.model, step, prompts)
-        one_step = len(plan.steps) == 1 and not isinstance(plan, DecisionPlan)
-        return method, path, body, functools.partial(_read_group, plan, tuple(k for _, k in group), one_step)
+        bodies = tuple(b for b, _ in group) if finisher is not None else None
+        read = functools.partial(_read_group, plan, tuple(k for _, k in group), finisher, bodies)
+        return method, path, body, read
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
         labels = plan.label_set.labels
@@ -642,17 +649,21 @@ def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
 @dataclass(frozen=True)
 class _GroupReply:
     """A group's reply as read where it arrived: each prompt's answer (its step's scores, or
-    the error its item ended with), in the group's order, the reply's token counts, and,
-    under a one-step plan, each prompt's prediction or error."""
+    the error its item ended with), in the group's order, and the reply's token counts."""
 
     answers: list[Any]
     counts: TokenCounts | None
-    predictions: list[Prediction | Exception] | None = None
 
 
-def _read_group(plan: ClassifierPlan, steps: tuple[int, ...], one_step: bool, reply: Any) -> _GroupReply:
-    """A group's decoded reply, for prompts asking ``steps``, as a :class:`_GroupReply`
-    (with each prompt's prediction if ``one_step``: the plan asks each text one step)."""
+def _read_group(
+    plan: ClassifierPlan,
+    steps: tuple[int, ...],
+    finisher: _Finisher | None,
+    bodies: tuple[str, ...] | None,
+    reply: Any,
+) -> _GroupReply:
+    """A group's decoded reply, for prompts asking ``steps``, as a :class:`_GroupReply`; with
+    a ``finisher``, each prompt's prediction (or error) handed to it under its body."""
     try:
         items = vllm_api.reply_items(plan, reply)
     except ResponseFormatError as error:
@@ -667,8 +678,9 @@ def _read_group(plan: ClassifierPlan, steps: tuple[int, ...], one_step: bool, re
             answers.append(vllm_api.parse_item(plan, k, item))
         except QwenFastError as exc:
             answers.append(exc)
-    predictions = [_prediction(plan, [answer]) for answer in answers] if one_step else None
-    return _GroupReply(answers, parse_usage(reply), predictions)
+    if finisher is not None and bodies is not None:
+        finisher.add([(body, _prediction(plan, [answer])) for body, answer in zip(bodies, answers, strict=True)])
+    return _GroupReply(answers, parse_usage(reply))
 
 
 def _prediction(plan: ClassifierPlan, answers: list[Any]) -> Prediction | Exception:
@@ -681,6 +693,52 @@ def _prediction(plan: ClassifierPlan, answers: list[Any]) -> Prediction | Except
         return vllm_api.combine(plan, answers)
     except QwenFastError as exc:
         return exc
+
+
+#: Results a finisher makes at a time. Made one reply at a time, a batch's result objects
+#: would reach the collector's oldest generation a few at a time and set off its full passes
+#: several times a batch; made in blocks, about as often as when all are made at the end.
+_RESULTS_PER_BLOCK = 2048
+
+
+def _one_step(plan: ClassifierPlan) -> bool:
+    """Whether each text's prediction needs one answer only, so its reply alone gives it."""
+    return len(plan.steps) == 1 and not isinstance(plan, DecisionPlan)
+
+
+class _Finisher:
+    """A level's results, made while its requests are out: the readers hand each reply's
+    predictions here, and every ``_RESULTS_PER_BLOCK`` of them are made into results at once
+    (``make``: a prediction or error to the body's result). Readers may run on several
+    threads (the sync transport's), hence the lock around what waits."""
+
+    def __init__(self, make: Callable[[Prediction | Exception], Any]) -> None:
+        self._make = make
+        self._waiting: list[tuple[str, Prediction | Exception]] = []
+        self._made: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def add(self, predicted: list[tuple[str, Prediction | Exception]]) -> None:
+        """Take a reply's predictions; make a block of results if one is due."""
+        with self._lock:
+            self._waiting += predicted
+            if len(self._waiting) < _RESULTS_PER_BLOCK:
+                return
+            ready, self._waiting = self._waiting, []
+        self._make_all(ready)
+
+    def finish(self) -> dict[str, Any]:
+        """Every body's result handed in so far, the last ones made now."""
+        with self._lock:
+            ready, self._waiting = self._waiting, []
+        self._make_all(ready)
+        return self._made
+
+    def _make_all(self, ready: list[tuple[str, Prediction | Exception]]) -> None:
+        with collector.paused():
+            made = {body: self._make(prediction) for body, prediction in ready}
+        with self._lock:
+            self._made.update(made)
 
 
 def _with_path(result: Classification) -> Classification:

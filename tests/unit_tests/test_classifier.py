@@ -29,6 +29,7 @@ from langchain_qwen_fast import (
     ServerTimeoutError,
 )
 from langchain_qwen_fast._core import procedure
+from langchain_qwen_fast._core.procedure import Procedure
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast._core.settings import EngineSettings
 from langchain_qwen_fast.errors import ConfigurationError
@@ -178,34 +179,54 @@ def test_batch_groups_prompts_per_request(fake: FakeVLLM) -> None:
 
 
 @pytest.mark.parametrize("labels", [LABELS, ["Sci/Tech", "Sci-Fi", "Sci", "Sports"]], ids=["one step", "steps"])
-async def test_predictions_are_made_as_the_replies_arrive(
+async def test_predictions_and_results_are_made_as_the_replies_arrive(
     fake: FakeVLLM, monkeypatch: pytest.MonkeyPatch, labels: list[str]
 ) -> None:
     """Under a one-step plan each text's prediction is made when its request's reply is read,
-    so little of the batch's own work is left for after the last reply (when the servers
-    idle); a text asked in several steps waits for all of them. One request at a time, so the
-    completions answered when a prediction is made show where it was made."""
+    and its result in the first block of results due after it, so little of the batch's own
+    work is left for after the last reply (when the servers idle); a text asked in several
+    steps waits for all of them. One request at a time, so the completions answered when
+    each is made show where it was made."""
     classifier = make(fake, labels=labels, batch_size=16, max_concurrency=1)
     plan = classifier.prepare()
     texts = headlines(64)
     want = [r.label for r in make(FakeVLLM(), labels=labels).batch(texts)]
+    predicted_after: list[int] = []
     made_after: list[int] = []
-    predicted = procedure._prediction
+    prediction, made = procedure._prediction, Procedure._made
 
-    def counted(*args: Any) -> Any:
-        made_after.append(len(fake.calls("/v1/completions")))
-        return predicted(*args)
+    def counted_prediction(*args: Any) -> Any:
+        predicted_after.append(len(fake.calls("/v1/completions")) - before)
+        return prediction(*args)
 
-    monkeypatch.setattr(procedure, "_prediction", counted)
+    def counted_made(self: Procedure, *args: Any) -> Any:
+        made_after.append(len(fake.calls("/v1/completions")) - before)
+        return made(self, *args)
+
+    monkeypatch.setattr(procedure, "_prediction", counted_prediction)
+    monkeypatch.setattr(Procedure, "_made", counted_made)
+    monkeypatch.setattr(procedure, "_RESULTS_PER_BLOCK", 32)
     before = len(fake.calls("/v1/completions"))
     results = await classifier.abatch(texts)
     sent = len(fake.calls("/v1/completions")) - before
     assert [r.label for r in results] == want
-    assert len(made_after) == len(texts)
+    assert len(predicted_after) == len(made_after) == len(texts)
     if len(plan.steps) == 1:
-        assert sent == 4 and [n - before for n in made_after] == [1] * 16 + [2] * 16 + [3] * 16 + [4] * 16
+        assert sent == 4 and predicted_after == [1] * 16 + [2] * 16 + [3] * 16 + [4] * 16
+        assert made_after == [2] * 32 + [4] * 32  # a block each 32 predictions
     else:
-        assert all(n - before == sent for n in made_after)
+        assert set(predicted_after) == set(made_after) == {sent}
+
+
+def test_results_made_in_blocks_on_the_sync_path_s_threads_are_every_text_s(
+    fake: FakeVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``batch`` reads replies on several threads at once: blocks of results made there lose,
+    repeat and swap nothing."""
+    texts = headlines(200) + headlines(40)  # duplicates share a body and its result
+    want = make(FakeVLLM(), batch_size=7, max_concurrency=4).batch(texts)
+    monkeypatch.setattr(procedure, "_RESULTS_PER_BLOCK", 5)
+    assert make(fake, batch_size=7, max_concurrency=4).batch(texts) == want
 
 
 @pytest.mark.parametrize(
