@@ -9,7 +9,8 @@ measured side by side in one run.
 each round runs every path of every tree in a fresh client process of its own (``PYTHONPATH``
 the tree), the trees' order turning each round, so that drift and the stand-in's state hit all
 alike. The paths (:data:`PATHS`): ``abatch`` and ``batch`` of texts sent as text, ``abatch`` of
-texts sent as token ids (``tokenizer_path``), and ``QwenDecisionModel.abatch`` of one ``Choice``
+texts sent as token ids (``tokenizer_path``), alone or over 4 client processes (whose CPU is
+not the calling process's, so not counted), and ``QwenDecisionModel.abatch`` of one ``Choice``
 over as many states, on the same kind of texts (new ones every call). Each row is the median
 over the rounds of the client process's CPU time a text (every thread of it) and of texts/s
 (one call's texts over its wall time); the ratios compare each tree with the first one given.
@@ -44,7 +45,7 @@ import httpx
 from langchain_qwen_fast.bench.report import Header, header, write_json
 
 #: The paths measured: what each client process runs (see the module docstring).
-PATHS = ("abatch-text", "batch-text", "abatch-ids", "decisions-choice")
+PATHS = ("abatch-text", "batch-text", "abatch-ids", "abatch-ids-4-processes", "decisions-choice")
 _LABELS = ["World", "Sports", "Business", "Sci/Tech"]
 
 
@@ -91,7 +92,8 @@ def client(path: str, url: str, tokenizer: str, texts: int, start: int, profile:
     from langchain_qwen_fast import QwenClassifier
     from langchain_qwen_fast.testing.samples import news_items
 
-    tokenizer_path = tokenizer if path == "abatch-ids" else None
+    tokenizer_path = tokenizer if path.startswith("abatch-ids") else None
+    processes = 4 if path == "abatch-ids-4-processes" else 1
     if path == "decisions-choice":
         from langchain_core.decisions import Choice
 
@@ -106,7 +108,11 @@ def client(path: str, url: str, tokenizer: str, texts: int, start: int, profile:
 
     else:
         classifier = QwenClassifier(
-            labels=_LABELS, base_url=url.split(","), model="qwen3", tokenizer_path=tokenizer_path
+            labels=_LABELS,
+            base_url=url.split(","),
+            model="qwen3",
+            tokenizer_path=tokenizer_path,
+            client_processes=processes,
         )
 
         def call(batch: list[str]) -> Any:
@@ -114,7 +120,7 @@ def client(path: str, url: str, tokenizer: str, texts: int, start: int, profile:
                 return classifier.batch(batch)
             return asyncio.run(classifier.abatch(batch))
 
-    call(news_items(512, start + 10**7))
+    call(news_items(512 if processes == 1 else 1024 * processes, start + 10**7))  # the workers started too
     batch = news_items(texts, start)
     spy = None if profile is None else _sampler(profile)
     cpu, wall = time.process_time(), time.perf_counter()
