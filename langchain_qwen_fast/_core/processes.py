@@ -4,8 +4,9 @@ One process's event loop builds, sends and parses every request of a batch while
 tokenizer threads contend for the same interpreter lock: in front of several fast servers that
 one process, not the servers, sets the pace, and spreading the batch over processes lets the
 servers set it again (the figures are in docs/performance.md). Each worker process holds its
-own engine, made by a factory sent from the parent, and classifies an equal share of the batch
-with its ``aclassify``; the shares come back in input order. Knows nothing of an engine beyond
+own engine, made by a factory sent from the parent, and classifies shares of the batch with its
+``aclassify``, one at a time (``SHARES_PER_PROCESS`` shares for each process); the shares come
+back in input order. Knows nothing of an engine beyond
 ``aclassify`` and ``aprepare``.
 """
 
@@ -26,6 +27,11 @@ from langchain_qwen_fast.errors import ConfigurationError
 #: Fewer items than this per process, and a batch runs in the calling process: below it the
 #: shares' transfer and the tail of each worker's pipeline cost more than a second loop saves.
 MIN_ITEMS_PER_PROCESS = 1024
+
+#: Shares a batch is cut into for each process it is spread over: a worker's results cross
+#: back to the calling process share by share while the other shares are still out, so
+#: little of that crossing is left for after the servers' last answer.
+SHARES_PER_PROCESS = 4
 
 # The worker's classifier and event loop, set by _start_worker in each worker process.
 _worker: Any = None
@@ -108,7 +114,7 @@ class ClientProcesses:
         # The call's requests in flight are shared out, so the servers see the load they
         # would from one process.
         share = max(1, math.ceil(in_flight / parts))
-        parts_of = [texts[s.start : s.stop] for s in shares(len(texts), parts)]
+        parts_of = [texts[s.start : s.stop] for s in shares(len(texts), parts * SHARES_PER_PROCESS)]
         try:
             pool = self._executor()
             return [pool.submit(_classify_share, part, share) for part in parts_of]
@@ -170,4 +176,4 @@ def merge(count: int, outcomes: Sequence[list[Any] | None]) -> tuple[list[Any], 
     return results, lost
 
 
-__all__ = ["MIN_ITEMS_PER_PROCESS", "ClientProcesses", "merge", "processes_for", "shares"]
+__all__ = ["MIN_ITEMS_PER_PROCESS", "SHARES_PER_PROCESS", "ClientProcesses", "merge", "processes_for", "shares"]

@@ -11,7 +11,14 @@ import httpx
 import pytest
 
 from langchain_qwen_fast import QwenClassifier
-from langchain_qwen_fast._core.processes import MIN_ITEMS_PER_PROCESS, ClientProcesses, merge, processes_for, shares
+from langchain_qwen_fast._core.processes import (
+    MIN_ITEMS_PER_PROCESS,
+    SHARES_PER_PROCESS,
+    ClientProcesses,
+    merge,
+    processes_for,
+    shares,
+)
 from langchain_qwen_fast.caches import InMemoryCache
 from langchain_qwen_fast.errors import ContextLengthError, LabelParseError, QwenFastError, ServerStatusError
 from tests.support.echo_worker import DIE_ON, EchoEngine
@@ -41,8 +48,8 @@ def test_merge_marks_a_lost_share() -> None:
 
 
 async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
-    """One pool's life (each worker spawn costs seconds, so one test): shares answered in
-    order with the load shared out; workers killed between batches replaced; a worker dying
+    """One pool's life (each worker spawn costs seconds, so one test): shares, several a
+    process, answered in order with the load shared out; workers killed between batches replaced; a worker dying
     mid-batch losing only its share; the pool usable again after."""
     import multiprocessing
     import signal
@@ -52,7 +59,11 @@ async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
     assert not pool.broken  # no pool runs yet
     try:
         texts = [f"t{i}" for i in range(11)]
-        results, lost = merge(len(texts), pool.classify(texts, in_flight=9, parts=2))
+        outcomes = pool.classify(texts, in_flight=9, parts=2)
+        # several shares a process, so results cross back while later shares are out; the
+        # requests in flight shared out by the processes (one share at a time in each)
+        assert len(outcomes) == 2 * SHARES_PER_PROCESS
+        results, lost = merge(len(texts), outcomes)
         assert lost == [] and [text for _, text, _ in results] == texts
         assert {in_flight for _, _, in_flight in results} == {5}  # 9 in flight shared out
         first = {pid for pid, _, _ in results}
@@ -69,13 +80,14 @@ async def test_a_pool_answers_in_order_and_outlives_its_workers() -> None:
         assert not {pid for pid, _, _ in results} & first  # a fresh pool
         assert not pool.broken
 
-        dying = ["a", "b", "c", DIE_ON, "e", "f"]
+        dying = [f"d{i}" for i in range(7)] + [DIE_ON] + [f"d{i}" for i in range(8, 16)]
         outcomes = await pool.aclassify(dying, in_flight=4, parts=2)
-        assert outcomes[1] is None
         results, lost = merge(len(dying), outcomes)
-        assert lost[-3:] == [3, 4, 5]  # the other share may have been lost with the pool
+        assert 7 in lost  # the dying text's share (others may have been lost with the pool)
+        assert all(results[i][1] == dying[i] for i in range(len(dying)) if i not in lost)
         again = pool.classify(["x"] * 4, in_flight=2, parts=2)
-        assert [[text for _, text, _ in share or []] for share in again] == [["x", "x"], ["x", "x"]]
+        results, lost = merge(4, again)
+        assert lost == [] and [text for _, text, _ in results] == ["x"] * 4
     finally:
         pool.close()
 
