@@ -465,8 +465,7 @@ class Procedure:
         else:
             prompts = functools.partial(_encoded, plan, group, prompt_of)
         method, path, body = vllm_api.classify_call(plan, self.model, step, prompts)
-        bodies = tuple(b for b, _ in group) if finisher is not None else None
-        read = functools.partial(_read_group, plan, tuple(k for _, k in group), finisher, bodies)
+        read = functools.partial(_read_group, plan, tuple(group), finisher)
         return method, path, body, read
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
@@ -656,20 +655,16 @@ class _GroupReply:
 
 
 def _read_group(
-    plan: ClassifierPlan,
-    steps: tuple[int, ...],
-    finisher: _Finisher | None,
-    bodies: tuple[str, ...] | None,
-    reply: Any,
+    plan: ClassifierPlan, group: tuple[tuple[str, int], ...], finisher: _Finisher | None, reply: Any
 ) -> _GroupReply:
-    """A group's decoded reply, for prompts asking ``steps``, as a :class:`_GroupReply`; with
+    """A group's decoded reply, for its (body, step) prompts, as a :class:`_GroupReply`; with
     a ``finisher``, each prompt's prediction (or error) handed to it under its body."""
     try:
         items = vllm_api.reply_items(plan, reply)
     except ResponseFormatError as error:
-        return _GroupReply([error] * len(steps), None)
+        return _GroupReply([error] * len(group), None)
     answers: list[Any] = []
-    for position, k in enumerate(steps):
+    for position, (_, k) in enumerate(group):
         item = items.get(position)
         if item is None:
             answers.append(ResponseFormatError(f"reply has no choice for prompt {position} of its group"))
@@ -678,8 +673,8 @@ def _read_group(
             answers.append(vllm_api.parse_item(plan, k, item))
         except QwenFastError as exc:
             answers.append(exc)
-    if finisher is not None and bodies is not None:
-        finisher.add([(body, _prediction(plan, [answer])) for body, answer in zip(bodies, answers, strict=True)])
+    if finisher is not None:
+        finisher.add([(body, _prediction(plan, [answer])) for (body, _), answer in zip(group, answers, strict=True)])
     return _GroupReply(answers, parse_usage(reply))
 
 
