@@ -421,7 +421,22 @@ class Transport:
             async with gate:
                 return await _acapture(self._arequest, *call)
 
-        return list(await asyncio.gather(*(one(call) for call in calls)))
+        # The first wave's requests started one at a time, the loop turning between: before
+        # Python 3.12, aiohttp writes a request's body in a task of its own, which would
+        # otherwise wait behind every other request's content (token ids made there) and
+        # leave the servers idle through all of it at the start of each batch. The rest wait
+        # for the gate and are started at once.
+        started: list[asyncio.Future[Any]] = []
+        try:
+            for call in calls:
+                started.append(asyncio.ensure_future(one(call)))
+                if len(started) <= max_concurrency:
+                    await asyncio.sleep(0)
+        except BaseException:
+            for task in started:
+                task.cancel()
+            raise
+        return list(await asyncio.gather(*started))
 
     async def aprobe(self, path: str, timeout: float) -> list[bool]:
         """Whether each replica answers ``path`` with 200 within ``timeout`` seconds: one try

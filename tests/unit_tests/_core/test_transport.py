@@ -20,7 +20,7 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
-from langchain_qwen_fast._core.http_stacks import AiohttpStack, HttpxStack
+from langchain_qwen_fast._core.http_stacks import AiohttpStack, HTTPStack, HttpxStack
 from langchain_qwen_fast._core.replicas import Replicas
 from langchain_qwen_fast._core.transport import (
     DEFAULT_MAX_RETRIES,
@@ -261,6 +261,46 @@ async def test_a_body_given_as_a_function_is_built_once_when_sent() -> None:
     assert built == [0]  # once, before the first try
     assert attempts == [b'{"prompt":[[1,2,3]]}'] * 2  # the retry re-sent the same bytes
     assert t.request("POST", "completions", body) == {"ok": True} and len(built) == 2
+
+
+class _WritesInATask(HTTPStack):
+    """A stack that writes each request's body in a task of its own, as aiohttp does before
+    Python 3.12, and notes when each body is built and written."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+
+    def send(self, method: str, url: str, content: bytes | None) -> Any:
+        raise AssertionError("async only")
+
+    def close(self) -> None:
+        pass
+
+    async def asend(self, method: str, url: str, content: bytes | None) -> Any:
+        n = int(content or b"0")
+        await asyncio.ensure_future(self._write(n))
+        return (200, b"{}", None)
+
+    async def _write(self, n: int) -> None:
+        self.events.append(("written", n))
+
+
+async def test_each_request_of_the_first_wave_is_written_before_the_next_body_is_built() -> None:
+    stack = _WritesInATask()
+    t = Transport("http://t.test/v1", retry=FAST)
+    t.use_stack(stack)
+
+    def body(n: int) -> Any:
+        def build() -> int:
+            stack.events.append(("built", n))
+            return n
+
+        return build
+
+    assert await t.arequest_all([("POST", "completions", body(n)) for n in range(6)], 4) == [{}] * 6
+    first_wave = [e for e in stack.events if e[1] < 4]
+    assert first_wave == [(what, n) for n in range(4) for what in ("built", "written")]
+    assert sorted(stack.events) == sorted((what, n) for n in range(6) for what in ("built", "written"))
 
 
 def test_a_reader_makes_the_result_where_the_reply_arrives_with_the_collector_paused() -> None:
