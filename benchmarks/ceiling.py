@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: A prompt: token ids, or text an engine tokenises before its clock starts.
-Prompt = str | list[int]
+Prompt = str | list[int] | tuple[int, ...]
 
 #: flags of a server's command line that only its HTTP side reads
 _HTTP_FLAGS = ("--host", "--port")
@@ -251,6 +251,13 @@ class CeilingWork:
     reason: str | None = None
     mode: Literal["generate", "head"] = "generate"
 
+    def __post_init__(self) -> None:
+        # Token ids held as tuples until the ceiling runs, after the clients: the collector
+        # stops tracking a tuple of ints at its first pass, so the client measured in this
+        # process does not walk the run's held prompts in each of its full passes.
+        self.prompts = [p if isinstance(p, str) else tuple(p) for p in self.prompts]
+        self.warm_ups = [p if isinstance(p, str) else tuple(p) for p in self.warm_ups]
+
     def missing(self) -> str | None:
         """Why no engine can answer this work, or None."""
         if self.reason is not None:
@@ -351,7 +358,7 @@ def _engine_settings(model: str, flags: Sequence[str]) -> dict[str, Any]:
 
 def _ids(tokenizer: Any, prompt: Prompt) -> list[int]:
     """``prompt``'s token ids: as given, or made with ``tokenizer`` from its text."""
-    return prompt if not isinstance(prompt, str) else list(tokenizer.encode(prompt, add_special_tokens=False))
+    return list(prompt) if not isinstance(prompt, str) else list(tokenizer.encode(prompt, add_special_tokens=False))
 
 
 def _answered(answer: Any, sampling: CeilingSampling | None) -> bool:

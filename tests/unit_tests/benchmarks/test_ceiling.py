@@ -111,7 +111,7 @@ def test_a_heads_engines_classify_the_classifiers_own_prompts() -> None:
     work = ceiling_work(_Prepared(), "q", 8, "head")
     assert work.mode == "head" and work.missing() is None and work.request() == "classify"
     assert work.engine_sampling() is None  # the engine classifies: no sampling, no logprobs
-    assert work.prompts == [list(ids) for ids in _Prepared().plan.encode(news_items(8))]
+    assert work.prompts == [tuple(ids) for ids in _Prepared().plan.encode(news_items(8))]
 
 
 def test_a_generating_work_needs_its_sampling() -> None:
@@ -122,3 +122,12 @@ def test_a_generating_work_needs_its_sampling() -> None:
     assert CeilingWork(reason="a constrained choice").missing() == "a constrained choice"
     with pytest.raises(ValueError, match="no sampling settings"):  # refused before any engine starts
         measure_ceilings([], [CeilingWork(prompts=[[1]])])
+
+
+def test_held_token_ids_leave_the_collectors_sight() -> None:
+    import gc
+
+    work = CeilingWork(prompts=[[1, 2, 3], "text"], warm_ups=[[4, 5]])
+    gc.collect()
+    assert work.prompts == [(1, 2, 3), "text"] and work.warm_ups == [(4, 5)]
+    assert not gc.is_tracked(work.prompts[0]) and not gc.is_tracked(work.warm_ups[0])
