@@ -132,7 +132,7 @@ def test_the_scale_benchmark_measures_the_group(
     engine = next(p for p in profile.processes if "EngineCore" in p)  # the engine core's samples, by function
     assert profile.processes[engine].samples > 0 and profile.processes[engine].inclusive_pct
     work = ceiling_work(load, "qwen3", 64, "generate")  # the reference row's prompts, from the plan
-    assert work.sampling is not None and len(work.prompts) == 64 and isinstance(work.prompts[0], list)
+    assert work.sampling is not None and len(work.prompts) == 64 and isinstance(work.prompts[0], tuple)
     assert set(work.sampling.label_tokens) == set(load.prepare().answer_token_ids)
 
 
