@@ -239,6 +239,11 @@ def measure_ceilings(
     return ceilings_found
 
 
+def _held(prompts: Sequence[Prompt]) -> list[Prompt]:
+    """``prompts`` with their token ids as tuples (see :class:`CeilingWork`)."""
+    return [p if isinstance(p, str) else tuple(p) for p in prompts]
+
+
 @dataclass
 class CeilingWork:
     """What every ceiling of the run answers: the classifier's prompts for the run's texts and
@@ -255,8 +260,7 @@ class CeilingWork:
         # Token ids held as tuples until the ceiling runs, after the clients: the collector
         # stops tracking a tuple of ints at its first pass, so the client measured in this
         # process does not walk the run's held prompts in each of its full passes.
-        self.prompts = [p if isinstance(p, str) else tuple(p) for p in self.prompts]
-        self.warm_ups = [p if isinstance(p, str) else tuple(p) for p in self.warm_ups]
+        self.prompts, self.warm_ups = _held(self.prompts), _held(self.warm_ups)
 
     def missing(self) -> str | None:
         """Why no engine can answer this work, or None."""
