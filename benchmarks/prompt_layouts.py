@@ -313,13 +313,18 @@ def _run(classifier: Any, texts: list[str], pids: Sequence[int]) -> tuple[float,
 
 
 def render(report: LayoutsReport) -> str:
-    lines = ["texts      layout   prompt  computed  defaults/s  processes/s  ceiling/s  over own  over chat ceiling"]
+    # Each rate over the cell's own ceiling, then the client processes' over the chat layout's.
+    lines = [
+        "texts      layout   prompt  computed  defaults/s  processes/s  ceiling/s"
+        "  defaults/own  processes/own  processes/chat"
+    ]
     for c in report.cells:
         ceiling = c.ceiling.per_s if c.ceiling else None
         lines.append(
             f"{c.texts:<10} {c.layout:<8} {c.tokens.prompt_mean:>6} {c.tokens.computed_mean:>9} "
             f"{c.defaults_per_s or '':>11} {c.processes_per_s or '':>12} {ceiling or '':>10} "
-            f"{c.over_own_ceiling.get('client_processes') or '':>9} {c.over_chat_ceiling.get('client_processes') or ''}"
+            f"{c.over_own_ceiling.get('defaults') or '':>13} {c.over_own_ceiling.get('client_processes') or '':>14} "
+            f"{c.over_chat_ceiling.get('client_processes') or '':>15}"
         )
     return "\n".join(lines)
 

@@ -13,6 +13,7 @@ from benchmarks.prompt_layouts import (
     cpu_a_text,
     median_ceiling,
     median_cpu,
+    render,
     short_items,
     tokens_of,
     with_fractions,
@@ -41,6 +42,11 @@ def test_every_rate_is_given_over_its_own_ceiling_and_the_chat_layouts() -> None
     assert chat.over_own_ceiling == {"defaults": 0.5, "client_processes": 0.8, "ceiling": 1.0}
     assert compact.over_own_ceiling["client_processes"] == 0.88
     assert compact.over_chat_ceiling == {"defaults": 0.6, "client_processes": 1.1, "ceiling": 1.25}
+    # The printed table gives one process at its defaults and the client processes apart.
+    header_line, chat_line, compact_line = render(report).splitlines()
+    assert "defaults/own" in header_line and "processes/own" in header_line
+    assert chat_line.split()[-3:] == ["0.5", "0.8", "0.8"]
+    assert compact_line.split()[-3:] == ["0.48", "0.88", "1.1"]
 
 
 def test_a_cell_s_ceiling_is_its_median_round_and_a_failed_round_is_named() -> None:
