@@ -547,8 +547,8 @@ class ClassifierPlan:
                 if path in node:  # a label that other labels continue: it must also end here
                     total += answers[node[path]].get(self.end_token or -1, -math.inf)
                 totals.append(total)
-            return Prediction.of(list(softmax(totals)))
-        return Prediction.of(list(label_probabilities(answers[0], self.answer_token_ids)))
+            return Prediction.of(softmax(totals))
+        return Prediction.of(label_probabilities(answers[0], self.answer_token_ids))
 
 
 class Prediction(NamedTuple):
@@ -564,8 +564,10 @@ class Prediction(NamedTuple):
 
     @classmethod
     def of(cls, scores: Sequence[float]) -> Prediction:
-        """The prediction with these scores (the best label is the likeliest)."""
-        return cls(max(range(len(scores)), key=scores.__getitem__), tuple(scores))
+        """The prediction with these scores (the best label is the likeliest; the first of
+        equals)."""
+        held = tuple(scores)
+        return cls(held.index(max(held)), held)
 
 
 def yes_no_steps(labels: LabelSet, yes_no: Sequence[Sequence[int]], where: str) -> tuple[Step, ...]:
@@ -635,13 +637,15 @@ def constrained_choice_max_tokens(label_set: LabelSet) -> int:
 def softmax(logprobs: Sequence[float]) -> tuple[float, ...]:
     """Normalised probabilities from logprobs (non-finite ones count as 0). Raises
     :class:`ResponseFormatError` when none is finite."""
-    values = [v if math.isfinite(v) else -math.inf for v in logprobs]
+    # A sum is finite only when every term is (logprobs are far from overflowing it), so the
+    # usual all-finite reply skips the per-value check.
+    values = logprobs if math.isfinite(sum(logprobs)) else [v if math.isfinite(v) else -math.inf for v in logprobs]
     top = max(values, default=-math.inf)
     if top == -math.inf:
         raise ResponseFormatError("no label has a finite logprob")
     weights = [math.exp(v - top) for v in values]
     total = sum(weights)
-    return tuple(w / total for w in weights)
+    return tuple([w / total for w in weights])
 
 
 def label_probabilities(logprobs: Mapping[int, float], token_ids: Sequence[int]) -> tuple[float, ...]:

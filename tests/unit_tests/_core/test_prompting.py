@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompt_values import ChatPromptValue
 
@@ -15,10 +17,12 @@ from langchain_qwen_fast._core.prompting import (
     USER_OPEN,
     ClassifierPlan,
     LabelSet,
+    Prediction,
     Step,
     label_probabilities,
     neutralize_control_tokens,
     plan_steps,
+    softmax,
     strip_think,
     yes_probability,
 )
@@ -185,6 +189,25 @@ def test_label_probabilities_softmax_over_the_labels() -> None:
     assert label_probabilities({1: -1e9, 2: float("nan")}, [1, 2]) == (1.0, 0.0)
     with pytest.raises(ResponseFormatError, match="no label has a finite logprob"):
         label_probabilities({9: 0.0}, [1, 2])
+
+
+@given(st.lists(st.floats() | st.sampled_from([math.inf, -math.inf, math.nan, -1e308, 1e308]), max_size=6))
+def test_softmax_counts_every_non_finite_logprob_as_zero_and_any_finite_one_as_given(logprobs: list[float]) -> None:
+    finite = [v for v in logprobs if math.isfinite(v)]
+    if not finite:
+        with pytest.raises(ResponseFormatError):
+            softmax(logprobs)
+        return
+    top = max(finite)
+    weights = [math.exp(v - top) if math.isfinite(v) else 0.0 for v in logprobs]
+    assert softmax(logprobs) == tuple(w / sum(weights) for w in weights)
+
+
+def test_a_prediction_s_best_label_is_the_first_of_the_likeliest() -> None:
+    assert Prediction.of([0.2, 0.4, 0.4]) == Prediction(1, (0.2, 0.4, 0.4))
+    assert Prediction.of((0.5,)) == Prediction(0, (0.5,))
+    with pytest.raises(ValueError):
+        Prediction.of([])
 
 
 # -- input -----------------------------------------------------------------------------------
