@@ -143,6 +143,8 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            #: whether this request still counts in ``proxy.in_flight``
+            _counted = False
 
             def setup(self) -> None:
                 super().setup()
@@ -159,6 +161,9 @@ class FaultProxy:
                 self._handle()
 
             def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+                # The request stops counting before its reply goes out: once the client has read
+                # the reply it may send its next request before this thread runs again.
+                self._leave()
                 self.send_response(status)
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
@@ -171,9 +176,15 @@ class FaultProxy:
                 with proxy._lock:
                     proxy.in_flight += 1
                     proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                self._counted = True
                 try:
                     self._handle_counted()
                 finally:
+                    self._leave()
+
+            def _leave(self) -> None:
+                if self._counted:
+                    self._counted = False
                     with proxy._lock:
                         proxy.in_flight -= 1
 
@@ -189,6 +200,7 @@ class FaultProxy:
                 if fault is not None and fault.kind == "reset":
                     # SO_LINGER 0: close sends RST, the client sees a reset connection.
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self._leave()
                     self.connection.close()
                     self.close_connection = True
                     return
