@@ -7,7 +7,7 @@ nor a dict (only LangChain code makes prompt values and messages).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +51,17 @@ class Classification(BaseModel):
     def confidence(self) -> float | None:
         """Probability of the most likely label, when scores exist."""
         return max(self.scores.values()) if self.scores else None
+
+
+#: The validator that :class:`Classification`'s constructor calls, given the fields as one
+#: dict: a result made this way skips packing keyword arguments and filling an instance made
+#: beforehand, a large part of each result's cost where the client makes one a text.
+_validate_classification = Classification.__pydantic_validator__.validate_python
+
+
+def classification_of(fields: dict[str, Any]) -> Classification:
+    """``Classification(**fields)``, validated the same way, made faster."""
+    return cast(Classification, _validate_classification(fields))
 
 
 class Decided(BaseModel):

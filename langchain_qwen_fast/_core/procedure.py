@@ -20,7 +20,7 @@ from typing import Any
 
 from langchain_qwen_fast._core import collector, vllm_api
 from langchain_qwen_fast._core.caches import ClassificationCache
-from langchain_qwen_fast._core.classification import Classification, Decided, text_of
+from langchain_qwen_fast._core.classification import Classification, Decided, classification_of, text_of
 from langchain_qwen_fast._core.decisions import DecisionPlan, TokenCounts, UsageLedger, parse_usage
 from langchain_qwen_fast._core.prompting import (
     ClassifierPlan,
@@ -473,7 +473,7 @@ class Procedure:
         scoring = plan.scoring
         if prediction.scores is None:
             label = labels[prediction.best]
-            return Classification(label=label, labels=[label], scoring=scoring)
+            return classification_of({"label": label, "labels": [label], "scoring": scoring})
         values = prediction.scores
         if self.rules.temperature != 1.0:
             values = tuple(apply_temperature(values, self.rules.temperature, plan.label_set.multi_label))
@@ -482,11 +482,13 @@ class Procedure:
             thresholds = self.rules.thresholds
             chosen = [x for x in labels if scores[x] >= thresholds.get(x, 0.5)]
             best = max(chosen, key=scores.__getitem__) if chosen else None
-            return Classification(label=best, labels=chosen, scores=scores, scoring=scoring, multi_label=True)
+            fields = {"label": best, "labels": chosen, "scores": scores, "scoring": scoring, "multi_label": True}
+            return classification_of(fields)
         if self.rules.abstain_below is not None and max(values) < self.rules.abstain_below:
-            return Classification(label=None, labels=[], scores=scores, abstained=True, scoring=scoring)
+            fields = {"label": None, "labels": [], "scores": scores, "abstained": True, "scoring": scoring}
+            return classification_of(fields)
         label = labels[prediction.best]
-        return Classification(label=label, labels=[label], scores=scores, scoring=scoring)
+        return classification_of({"label": label, "labels": [label], "scores": scores, "scoring": scoring})
 
     def _fingerprint(self, plan: ClassifierPlan, node: Node) -> str:
         """Everything but the text that decides a result: server, model, prompt layout, steps
