@@ -683,9 +683,9 @@ def _read_group(
 def _prediction(plan: ClassifierPlan, answers: list[Any]) -> Prediction | Exception:
     """A text's prediction from its steps' answers, or the error one of them (or their
     combination) ended with."""
-    failed = next((a for a in answers if isinstance(a, Exception)), None)
-    if failed is not None:
-        return failed
+    for answer in answers:  # a loop, not a generator: this runs once a text
+        if isinstance(answer, Exception):
+            return answer
     try:
         return vllm_api.combine(plan, answers)
     except QwenFastError as exc:

@@ -526,6 +526,8 @@ class ClassifierPlan:
     def combine(self, answers: Sequence[Mapping[int, float]]) -> Prediction:
         """A text's label probabilities from its steps' answers (token -> logprob; for a head,
         class -> probability; under constrained choice, the chosen label's index -> 0)."""
+        if self.scoring == "label_tokens":  # the default scoring first: this runs once a text
+            return Prediction.of(label_probabilities(answers[0], self.steps[0].allowed))
         labels = self.label_set.labels
         if self.scoring == "constrained_choice":
             (index,) = answers[0]
@@ -539,16 +541,15 @@ class ClassifierPlan:
         if self.scoring == "yes_no":
             yes, no = self.steps[0].allowed
             return Prediction.of([yes_probability(a.get(yes, -math.inf), a.get(no, -math.inf)) for a in answers])
-        if self.scoring == "label_sequences":
-            node = {step.path: k for k, step in enumerate(self.steps)}
-            totals = []
-            for path in self.label_paths:
-                total = sum(answers[node[path[:i]]].get(path[i], -math.inf) for i in range(len(path)))
-                if path in node:  # a label that other labels continue: it must also end here
-                    total += answers[node[path]].get(self.end_token or -1, -math.inf)
-                totals.append(total)
-            return Prediction.of(softmax(totals))
-        return Prediction.of(label_probabilities(answers[0], self.answer_token_ids))
+        # label_sequences
+        node = {step.path: k for k, step in enumerate(self.steps)}
+        totals = []
+        for path in self.label_paths:
+            total = sum(answers[node[path[:i]]].get(path[i], -math.inf) for i in range(len(path)))
+            if path in node:  # a label that other labels continue: it must also end here
+                total += answers[node[path]].get(self.end_token or -1, -math.inf)
+            totals.append(total)
+        return Prediction.of(softmax(totals))
 
 
 class Prediction(NamedTuple):
