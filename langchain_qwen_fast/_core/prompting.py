@@ -527,7 +527,7 @@ class ClassifierPlan:
         """A text's label probabilities from its steps' answers (token -> logprob; for a head,
         class -> probability; under constrained choice, the chosen label's index -> 0)."""
         if self.scoring == "label_tokens":  # the default scoring first: this runs once a text
-            return Prediction.of(label_probabilities(answers[0], self.steps[0].allowed))
+            return Prediction.of(label_probabilities(answers[0], self.answer_token_ids))
         labels = self.label_set.labels
         if self.scoring == "constrained_choice":
             (index,) = answers[0]
