@@ -15,7 +15,7 @@ from langchain_qwen_fast._core import saved
 from langchain_qwen_fast._core.base_urls import resolve_base_url
 from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.settings import EngineSettings
-from langchain_qwen_fast._core.transport import DEFAULT_MAX_RETRIES, DEFAULT_RETRY_DEADLINE, DEFAULT_TIMEOUT
+from langchain_qwen_fast._core.transport import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from langchain_qwen_fast.errors import ConfigurationError
 
 #: Fields whose value an error message never shows.
@@ -38,20 +38,29 @@ class EngineFields(BaseModel):
     api_key: SecretStr | None = Field(default_factory=secret_from_env("VLLM_API_KEY", default=None), exclude=True)
     """Bearer token, if the server requires one (default: ``VLLM_API_KEY``). Never saved."""
     timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
-    """Seconds allowed for each HTTP request."""
+    """Seconds a request waits for a server that answers nothing at all (neither it nor any
+    other request) before it is given up, closed (vLLM aborts it) and retried; and seconds
+    for a connection to open. A request waiting its turn behind other answers is not timed
+    out: a slow server makes a batch slower, never lost."""
     max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0)
-    """Retries after the first try, for connection errors, timeouts, 429 and 5xx."""
-    retry_deadline: float = Field(default=DEFAULT_RETRY_DEADLINE, gt=0)
-    """No retry wait starts that would end more than this many seconds after the first try."""
+    """Retries after the first try, for connection errors, timeouts, 429 and 5xx (with
+    exponential backoff and full jitter, or the server's ``Retry-After``)."""
+    deadline: float | None = Field(default=None, gt=0)
+    """The most seconds a call (``invoke``, ``batch``, ...) waits in all: at the deadline every
+    item not yet answered gets :class:`~langchain_qwen_fast.errors.ServerTimeoutError` in its
+    place, and no retry waits past it. None (default): a call waits as long as its servers
+    answer."""
     batch_size: int | None = Field(default=None, ge=1)
-    """Prompts per request in ``batch``/``abatch``. None (default): picked per call, an equal
-    share of the call's prompts for each request in flight, 16 to 128 (so a big batch goes in
-    requests of 128 and a small one still uses every replica)."""
+    """Prompts per request in ``batch``/``abatch``. None (default): as each server's window
+    allows (the flow control: it grows while answers come back quickly and shrinks when they
+    slow down or fail), at most an equal share of the call's prompts for each request in
+    flight, 16 to 128 (so a big batch goes in requests of 128 to a fast server and a small one
+    still uses every replica)."""
     max_concurrency: int | None = Field(default=None, ge=1)
-    """Requests in flight in ``batch``/``abatch`` unless the run config sets
-    ``max_concurrency``. None (default): 8 per replica in ``base_url``, or 256 per replica
-    where the server takes one prompt a request (vLLM's Rust frontend: each prompt is a
-    request of its own)."""
+    """Requests in flight at most in ``batch``/``abatch`` unless the run config sets
+    ``max_concurrency``; each server's window may hold fewer. None (default): 8 per replica in
+    ``base_url``, or 256 per replica where the server takes one prompt a request (vLLM's Rust
+    frontend: each prompt is a request of its own)."""
     abstain_below: float | None = Field(default=None, gt=0, le=1)
     """If set, a best-label probability below it gives an abstained result (label None); 1 is
     allowed (a confident model's probabilities often round to exactly 1)."""

@@ -28,7 +28,6 @@ from langchain_qwen_fast._core.base_urls import DEFAULT_BASE_URL
 from langchain_qwen_fast._core.prompting import THINK_TOKENS, strip_think
 from langchain_qwen_fast._core.transport import (
     DEFAULT_MAX_RETRIES,
-    DEFAULT_RETRY_DEADLINE,
     DEFAULT_TIMEOUT,
     Transport,
     TransportSettings,
@@ -104,7 +103,7 @@ class ChatQwenFast(ChatOpenAI):
     streaming), pointed at a vLLM server and running over the same transport as
     :class:`~langchain_qwen_fast.QwenClassifier`: pooled connections, this package's retry
     policy (connection errors, timeouts, 429 honouring ``Retry-After``, 5xx; exponential
-    backoff with jitter, bounded by ``max_retries`` and ``retry_deadline``) and timeouts.
+    backoff with jitter, at most ``max_retries`` retries) and timeouts.
 
     * ``enable_thinking`` (default False) is sent as ``chat_template_kwargs``. Thinking is
       Qwen3's: with it on, the first call asks the server's ``/tokenize`` whether ``</think>``
@@ -148,8 +147,6 @@ class ChatQwenFast(ChatOpenAI):
     max_retries: int | None = Field(default=None, ge=0)
     """Retries after the first try, for connection errors, timeouts, 429 and 5xx (None: the
     classifier's default)."""
-    retry_deadline: float = Field(default=DEFAULT_RETRY_DEADLINE, gt=0)
-    """No retry wait starts that would end more than this many seconds after the first try."""
     http_socket_options: Sequence[tuple[int, int, int]] | None = ()
     """Unused: requests go through this package's pooled clients (so ``ChatOpenAI``'s probe of
     the machine's socket options is skipped)."""
@@ -175,7 +172,6 @@ class ChatQwenFast(ChatOpenAI):
             api_key=self.openai_api_key.get_secret_value() if self.openai_api_key else None,
             timeout=float(timeout),
             max_retries=DEFAULT_MAX_RETRIES if self.max_retries is None else self.max_retries,
-            retry_deadline=self.retry_deadline,
         )
         self._transport = Transport.from_settings(settings)
         self.http_client = self.http_client or self._transport.client

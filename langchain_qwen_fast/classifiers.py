@@ -219,7 +219,7 @@ class QwenClassifier(EngineFields, RunnableSerializable[ClassifierInput, Classif
         retries = 3 if chat.max_retries is None else chat.max_retries
         settings: dict[str, Any] = {"base_url": chat.openai_api_base, "model": chat.model_name}
         settings |= {"api_key": chat.openai_api_key}
-        settings |= {"max_retries": retries, "retry_deadline": chat.retry_deadline}
+        settings |= {"max_retries": retries}
         settings |= {"timeout": float(timeout)} if timeout else {}
         return cls(labels=list(labels), **{**settings, **kwargs})
 

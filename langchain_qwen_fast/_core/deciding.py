@@ -86,11 +86,13 @@ class Decider:
     def decide(self, requests: Sequence[DecisionRequest | Exception]) -> list[DecisionOutcome | Exception]:
         """Each request's outcome or the exception it ended with, in order (an exception
         given in a request's place stays there)."""
-        return drive(self._engine.transport, self._steps(list(requests)), self._in_flight())
+        steps = self._steps(list(requests))
+        return drive(self._engine.transport, steps, self._in_flight(), self._engine.deadline())
 
     async def adecide(self, requests: Sequence[DecisionRequest | Exception]) -> list[DecisionOutcome | Exception]:
         """Async :meth:`decide`."""
-        return await adrive(self._engine.transport, self._steps(list(requests)), self._in_flight())
+        steps = self._steps(list(requests))
+        return await adrive(self._engine.transport, steps, self._in_flight(), self._engine.deadline())
 
     def plan(self, questions: QuestionSet) -> DecisionPlan:
         """``questions``' plan (learnt from the server on first use)."""
@@ -125,9 +127,7 @@ class Decider:
         except Exception as exc:
             return [exc] * len(states)
         ledger = UsageLedger()
-        results = yield from self._procedure.classify_steps(
-            states, {(): plan}, max_concurrency=self._in_flight(), usage=ledger
-        )
+        results = yield from self._procedure.classify_steps(states, {(): plan}, usage=ledger)
         with collector.paused():
             return [
                 _outcome(questions, result, ledger.of(plan.body(state))) if isinstance(result, Decided) else result

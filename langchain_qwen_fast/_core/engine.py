@@ -24,7 +24,9 @@ from typing import Any, TypedDict, Unpack
 
 from langchain_qwen_fast._core.chat_formats import fitted_settings_steps
 from langchain_qwen_fast._core.classification import text_of
-from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE, Procedure, batch_size_for
+from langchain_qwen_fast._core.dispatch import MAX_BATCH_SIZE, Deadline, batch_size_for
+from langchain_qwen_fast._core.flow import DEFAULT_CEILING
+from langchain_qwen_fast._core.procedure import Procedure
 from langchain_qwen_fast._core.processes import ClientProcesses, merge, processes_for
 from langchain_qwen_fast._core.prompting import ClassifierPlan
 from langchain_qwen_fast._core.settings import EngineSettings, Node
@@ -57,6 +59,8 @@ class ClassifyOptions(TypedDict, total=False):
     batch_size: int | None
     #: each input's selected examples, rendered (or the error selecting them raised)
     examples: Sequence[str | Exception] | None
+    #: the call's deadline (None: the settings' ``deadline`` from now, if any)
+    deadline: Deadline | None
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,9 @@ class Engine:
         # opened only as requests need them.
         pool = max(settings.max_concurrency or 0, ONE_PROMPT_MAX_CONCURRENCY_PER_REPLICA * len(settings.base_urls))
         self._transport = Transport.from_settings(settings, pool_size=pool)
+        if settings.max_concurrency:  # a window holds what the caller asks to have in flight
+            asked = settings.max_concurrency * (settings.batch_size or MAX_BATCH_SIZE)
+            self._transport.replicas.set_ceiling(max(DEFAULT_CEILING, -(-asked // len(settings.base_urls))))
         # Batches go through aiohttp, which spends a fraction of httpx's CPU a request, the
         # more so the more requests are in flight (docs/performance.md); httpx keeps a caller's
         # own http_transport and the single blocking tries.
@@ -135,26 +142,27 @@ class Engine:
         return list(self._transport.replicas.first_tries)
 
     # -- set-up: learnt once from the server ------------------------------------------------
-    def plans(self) -> dict[Node, ClassifierPlan]:
-        """Every hierarchy node's plan, learnt from the server on first use; raises what the
-        set-up ran into (and tries again on the next call once its cool-down is over)."""
+    def plans(self, deadline: Deadline | None = None) -> dict[Node, ClassifierPlan]:
+        """Every hierarchy node's plan, learnt from the server on first use (by ``deadline``,
+        if given); raises what the set-up ran into (and tries again on the next call once its
+        cool-down is over)."""
         if self._plans is not None:
             return self._plans
         with self._plan_lock:  # another thread's set-up may have ended while this one waited
             known = self._plans
-            return known if known is not None else drive(self._transport, self._setup_steps(), self.max_concurrency())
+            if known is not None:
+                return known
+            return drive(self._transport, self._setup_steps(), self.max_concurrency(), deadline)
 
-    async def aplans(self) -> dict[Node, ClassifierPlan]:
+    async def aplans(self, deadline: Deadline | None = None) -> dict[Node, ClassifierPlan]:
         """Async :meth:`plans`."""
         if self._plans is not None:
             return self._plans
         async with self._aplan_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
             known = self._plans
-            return (
-                known
-                if known is not None
-                else await adrive(self._transport, self._setup_steps(), self.max_concurrency())
-            )
+            if known is not None:
+                return known
+            return await adrive(self._transport, self._setup_steps(), self.max_concurrency(), deadline)
 
     def _setup_steps(self) -> Steps[dict[Node, ClassifierPlan]]:
         """The set-up, kept: its plans, in the served model's chat format
@@ -277,21 +285,28 @@ class Engine:
         outcomes = await shares.pool.aclassify(shares.texts, in_flight, shares.parts)
         return shares.results(await self._aclassify_here(shares.lost_inputs(outcomes), shares.rest(how)))
 
+    def deadline(self, how: ClassifyOptions | None = None) -> Deadline | None:
+        """A call's deadline: the one ``how`` gives, else the settings' ``deadline`` from now."""
+        given = how.get("deadline") if how else None
+        return given if given is not None else Deadline.after(self.settings.deadline)
+
     def _classify_here(self, inputs: list[Any], how: ClassifyOptions) -> list[Any]:
         """:meth:`classify` in this process."""
+        deadline = self.deadline(how)
         try:
-            plans: dict[Node, ClassifierPlan] | Exception = self.plans() if inputs else {}
+            plans: dict[Node, ClassifierPlan] | Exception = self.plans(deadline) if inputs else {}
         except Exception as exc:
             plans = exc
-        return drive(self._transport, *self._job(inputs, plans, how))
+        return drive(self._transport, *self._job(inputs, plans, how), deadline)
 
     async def _aclassify_here(self, inputs: list[Any], how: ClassifyOptions) -> list[Any]:
         """Async :meth:`_classify_here`."""
+        deadline = self.deadline(how)
         try:
-            plans: dict[Node, ClassifierPlan] | Exception = await self.aplans() if inputs else {}
+            plans: dict[Node, ClassifierPlan] | Exception = await self.aplans(deadline) if inputs else {}
         except Exception as exc:
             plans = exc
-        return await adrive(self._transport, *self._job(inputs, plans, how))
+        return await adrive(self._transport, *self._job(inputs, plans, how), deadline)
 
     def _job(
         self, inputs: list[Any], plans: dict[Node, ClassifierPlan] | Exception, how: ClassifyOptions
@@ -301,9 +316,7 @@ class Engine:
         in_flight = self.max_concurrency(how.get("max_concurrency"))
         if isinstance(plans, Exception) or not inputs:
             return _done([plans] * len(inputs)), in_flight
-        steps = self._procedure.classify_steps(
-            inputs, plans, how.get("examples"), max_concurrency=in_flight, batch_size=how.get("batch_size")
-        )
+        steps = self._procedure.classify_steps(inputs, plans, how.get("examples"), batch_size=how.get("batch_size"))
         return steps, in_flight
 
     def _shares(self, inputs: list[Any], how: ClassifyOptions) -> _Shares | None:

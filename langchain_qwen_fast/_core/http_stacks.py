@@ -92,6 +92,9 @@ class HttpxStack(HTTPStack):
     def __init__(self, wire: WireSettings, http_transport: Any = None) -> None:
         self._headers = wire.headers
         self._timeout = httpx.Timeout(wire.timeout)
+        # The async tries wait for an answer as long as their server answers others (the
+        # transport's _Silence gives them up); a blocking try times out by itself.
+        self._async_timeout = httpx.Timeout(wire.timeout, read=None)
         self._limits = httpx.Limits(max_connections=wire.pool_size, max_keepalive_connections=wire.pool_size)
         self._http_transport = http_transport
         self._client: httpx.Client | None = None
@@ -137,7 +140,7 @@ class HttpxStack(HTTPStack):
                 )
             client = httpx.AsyncClient(
                 headers=self._headers,
-                timeout=self._timeout,
+                timeout=self._async_timeout,
                 limits=self._limits,
                 transport=transport,
                 verify=tls_context(),
@@ -235,7 +238,9 @@ class AiohttpStack(HTTPStack):
             else aiohttp.TCPConnector(limit=self._wire.pool_size, keepalive_timeout=_AIOHTTP_KEEPALIVE)
         )
         seconds = self._wire.timeout
-        timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds, sock_read=seconds)
+        # No read timeout: the transport gives a try up by its server's silence, not by how
+        # long it waits in the server's queue (transport._Silence).
+        timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds, sock_read=None)
         return aiohttp.ClientSession(
             connector=connector, headers=self._wire.headers, timeout=timeout, skip_auto_headers=("User-Agent",)
         )

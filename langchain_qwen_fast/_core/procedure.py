@@ -22,6 +22,7 @@ from langchain_qwen_fast._core import collector, vllm_api
 from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.classification import Classification, Decided, classification_of, text_of
 from langchain_qwen_fast._core.decisions import DecisionPlan, TokenCounts, UsageLedger, parse_usage
+from langchain_qwen_fast._core.dispatch import Piece, PromptBatch
 from langchain_qwen_fast._core.prompting import (
     ClassifierPlan,
     LabelSet,
@@ -60,21 +61,6 @@ def _release() -> str:
 _ENCODE_SLICE = 1024
 # Prompts whose token ids the set-up compares with the server's, to catch a wrong tokenizer.
 _TOKENIZER_SAMPLES = ("Check: 1,234 naïve café — 東京 <b>bold</b>\n\tend", "\n  starts with whitespace")
-
-# Prompts per request when the classifier picks (see batch_size_for). Bigger requests cut the
-# client's and the API server's per-request work, smaller ones keep the pipeline full (each
-# group is tokenised as it is sent, so a smaller group reaches the server sooner). The
-# largest size is where the sweeps in docs/performance.md stopped gaining from bigger requests.
-MIN_BATCH_SIZE = 16
-MAX_BATCH_SIZE = 128
-
-
-def batch_size_for(prompts: int, max_concurrency: int) -> int:
-    """Prompts per request for ``prompts`` prompts with ``max_concurrency`` requests allowed at
-    once: an equal share for each slot in flight, so every slot (every replica's share) is
-    busy, within ``MIN_BATCH_SIZE``..``MAX_BATCH_SIZE``."""
-    share = -(-prompts // max(1, max_concurrency))
-    return max(MIN_BATCH_SIZE, min(MAX_BATCH_SIZE, share))
 
 
 class Procedure:
@@ -284,17 +270,15 @@ class Procedure:
         plans: Mapping[Node, ClassifierPlan],
         examples: Sequence[str | Exception] | None = None,
         *,
-        max_concurrency: int = 1,
         batch_size: int | None = None,
         usage: UsageLedger | None = None,
     ) -> Steps[list[Any]]:
         """Classify ``inputs`` down the hierarchy; every slot ends as a Classification (a
         :class:`Decided` under a decision plan) or an exception, in input order.
         ``examples``: each input's selected examples, rendered. Prompts per request:
-        ``batch_size``, else the settings', else :func:`batch_size_for` with
-        ``max_concurrency`` requests in flight. ``usage``: each body's share of the replies'
-        token counts goes there."""
-        sizes = _Sizes(max_concurrency, batch_size or self.settings.batch_size, usage)
+        ``batch_size``, else the settings', else as the transport cuts them. ``usage``: each
+        body's share of the replies' token counts goes there."""
+        sizes = _Sizes(batch_size or self.settings.batch_size, usage)
         results = yield from self._level_steps(inputs, plans[()], (), examples, sizes)
         if len(plans) > 1:  # a hierarchy: every result carries its path
             results = [_with_path(r) if isinstance(r, Classification) else r for r in results]
@@ -418,33 +402,42 @@ class Procedure:
         sizes: _Sizes,
         finisher: _Finisher | None = None,
     ) -> Steps[list[dict[str, Any]]]:
-        """Every step of every body, in grouped requests; each answer, or the exception that
-        ended its request, by step and body (and, with a ``finisher``, each reply's
-        predictions handed to it where the reply arrives). A group refused for its content is
-        split in halves until the bad prompt stands alone."""
+        """Every step of every body, asked as one :class:`PromptBatch` a kind of step (the
+        transport cuts each into requests as the servers' windows allow); each answer, or the
+        exception that ended its request, by step and body (and, with a ``finisher``, each
+        reply's predictions handed to it where the reply arrives). A request refused for its
+        content is asked again in halves until the bad prompt stands alone."""
         answers: list[dict[str, Any]] = [{} for _ in plan.steps]
         with collector.paused():
-            groups = _groups(plan, bodies, sizes)
-        while groups:
-            with collector.paused():
-                calls = [self._group_call(plan, g, prompt_of, finisher) for g in groups]
-            replies = yield calls
-            split: list[_Group] = []
-            for group, reply in zip(groups, replies, strict=True):
-                if splits_group(reply) and len(group) > 1:
-                    half = len(group) // 2
-                    split += [group[:half], group[half:]]
-                    continue
-                if isinstance(reply, Exception):
-                    for body, k in group:
-                        answers[k][body] = reply
-                    continue
-                for (body, k), answer in zip(group, reply.answers, strict=True):
-                    answers[k][body] = answer
-                if sizes.usage is not None:
-                    sizes.usage.record_counts(reply.counts, [(b, plan.steps[k].tail) for b, k in group])
-            groups = split
+            runs = [(run, sizes.per_request(plan)) for run in _runs(plan, bodies)]
+        while runs:
+            batches: list[Call | PromptBatch] = [
+                PromptBatch(len(run), functools.partial(self._run_call, plan, run, prompt_of, finisher), per_request)
+                for run, per_request in runs
+            ]
+            replies = yield batches
+            again: list[tuple[_Group, int | None]] = []
+            for (run, _), pieces in zip(runs, replies, strict=True):
+                for piece in pieces:
+                    group = run[piece.start : piece.stop]
+                    if splits_group(piece.result) and len(group) > 1:
+                        again.append((group, len(group) // 2))
+                        continue
+                    _record(plan, group, piece, answers, sizes.usage)
+            runs = again
         return answers
+
+    def _run_call(
+        self,
+        plan: ClassifierPlan,
+        run: _Group,
+        prompt_of: Mapping[str, list[int]],
+        finisher: _Finisher | None,
+        start: int,
+        stop: int,
+    ) -> Call:
+        """The request for prompts ``start:stop`` of ``run``."""
+        return self._group_call(plan, run[start:stop], prompt_of, finisher)
 
     def _group_call(
         self,
@@ -528,17 +521,17 @@ _Group = list[tuple[str, int]]
 
 @dataclass(frozen=True)
 class _Sizes:
-    """How much one classification sends at once: requests in flight, and prompts per
-    request (None: :func:`batch_size_for` for each kind of step)."""
+    """How one classification's prompts are sent: prompts per request (None: as the transport
+    cuts them), and where the token counts go."""
 
-    max_concurrency: int
     batch_size: int | None
-    #: where each body's share of the replies' token counts goes, if anywhere
+    #: where each body's share of the replies' token counts goes, if anything
     usage: UsageLedger | None = None
 
-    def group_size(self, prompts: int) -> int:
-        """Prompts per request for ``prompts`` prompts asked alike."""
-        return self.batch_size or batch_size_for(prompts, self.max_concurrency)
+    def per_request(self, plan: ClassifierPlan) -> int | None:
+        """The most prompts a request carries under ``plan``: one where the server takes one
+        prompt a request, else the fixed batch size, if any."""
+        return self.batch_size if plan.takes_prompt_lists else 1
 
 
 class _Level:
@@ -602,21 +595,51 @@ def _local_length_steps(
         yield []
 
 
-def _groups(plan: ClassifierPlan, bodies: list[str], sizes: _Sizes) -> list[_Group]:
-    """Every step of every body in request groups. Steps asked with the same answer tokens
-    share requests (a multi-label text's label questions sit side by side, so the server's
-    prefix cache keeps the text for all). A server that takes one prompt a request (see
-    ``Procedure._probe_steps``) gets every prompt alone: the requests in flight are then all
-    the batching there is."""
-    kinds: dict[tuple[int, ...], _Group] = {}
-    for body in bodies:
-        for k, step in enumerate(plan.steps):
-            kinds.setdefault(step.allowed, []).append((body, k))
-    groups = []
-    for asked in kinds.values():
-        size = sizes.group_size(len(asked)) if plan.takes_prompt_lists else 1
-        groups += [asked[i : i + size] for i in range(0, len(asked), size)]
-    return groups
+#: Characters of text whose prompts of every kind are asked before the next texts' (see
+#: :func:`_runs`): a few thousand tokens, which a server's prefix cache holds many times over.
+_TEXT_BLOCK_CHARS = 16384
+
+
+def _runs(plan: ClassifierPlan, bodies: list[str]) -> list[_Group]:
+    """Every step of every body, in runs the transport sends in turn: steps asked with the
+    same answer tokens share requests (a multi-label text's label questions sit side by side,
+    so the server's prefix cache keeps the text for all). Where the steps ask for answer
+    tokens of several kinds (a decision's questions), the texts go in blocks of about
+    ``_TEXT_BLOCK_CHARS``, a run a kind each: a text's first prompt is answered before its
+    next kind is asked, so the server computes the text once and reads it from its prefix
+    cache for the others (asked at once, they would be computed side by side, each in full;
+    asked a whole batch apart, the cache would have let the text go)."""
+    kinds = list(dict.fromkeys(step.allowed for step in plan.steps))
+    runs: list[_Group] = []
+    start = 0
+    while start < len(bodies):
+        stop, chars = start, 0
+        while stop < len(bodies) and (len(kinds) == 1 or chars < _TEXT_BLOCK_CHARS):
+            chars += len(bodies[stop])
+            stop += 1
+        of_kind: dict[tuple[int, ...], _Group] = {kind: [] for kind in kinds}
+        for body in bodies[start:stop]:
+            for k, step in enumerate(plan.steps):
+                of_kind[step.allowed].append((body, k))
+        runs += of_kind.values()
+        start = stop
+    return runs
+
+
+def _record(
+    plan: ClassifierPlan, group: _Group, piece: Piece, answers: list[dict[str, Any]], usage: UsageLedger | None
+) -> None:
+    """A request's reply (or the error it ended with) as its prompts' answers, and its token
+    counts into ``usage``."""
+    reply = piece.result
+    if isinstance(reply, Exception):
+        for body, k in group:
+            answers[k][body] = reply
+        return
+    for (body, k), answer in zip(group, reply.answers, strict=True):
+        answers[k][body] = answer
+    if usage is not None:
+        usage.record_counts(reply.counts, [(b, plan.steps[k].tail) for b, k in group])
 
 
 def _prompt(plan: ClassifierPlan, prompt_of: Mapping[str, list[int]], body: str, step: int) -> Prompt:

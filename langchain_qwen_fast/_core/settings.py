@@ -48,7 +48,7 @@ class EngineSettings(TransportSettings):
     #: label sets by hierarchy node (a flat classifier has only the top node)
     label_sets: Mapping[Node, LabelSet]
     rules: Rules = dataclasses.field(default_factory=Rules)
-    #: prompts per request; None: picked per call (``procedure.batch_size_for``)
+    #: prompts per request; None: as the transport cuts them (``dispatch.Dispatch``)
     batch_size: int | None = None
     #: requests in flight; None: ``Engine.max_concurrency``'s default
     max_concurrency: int | None = None

@@ -1,12 +1,19 @@
-"""Pooled HTTP to the vLLM server: retries, replicas and bounded fan-out over an HTTP stack.
+"""Pooled HTTP to the vLLM server: flow control, retries, replicas and deadlines over an HTTP stack.
 
-A :class:`Transport` keeps what every request shares (the retry policy, the replica choice,
-the error types); an HTTP stack (:mod:`~langchain_qwen_fast._core.http_stacks`) only sends.
-Requests go through httpx until told otherwise: the classifier's engine hands its transport
-an aiohttp stack (:meth:`Transport.aiohttp_stack`), whose client spends far less CPU a request
-(docs/performance.md), unless its caller gave an ``http_transport`` of httpx's. The drivers
-at the bottom (:func:`drive`, :func:`adrive`) run a sans-I/O procedure's calls through a
-transport.
+A :class:`Transport` keeps what every request shares (the replicas and their windows, the retry
+policy and budget, the error types); an HTTP stack (:mod:`~langchain_qwen_fast._core.http_stacks`)
+only sends. Requests go through httpx until told otherwise: the classifier's engine hands its
+transport an aiohttp stack (:meth:`Transport.aiohttp_stack`), whose client spends far less CPU a
+request (docs/performance.md), unless its caller gave an ``http_transport`` of httpx's. A list
+of calls goes out as a :class:`~langchain_qwen_fast._core.dispatch.Dispatch` says (flow control,
+retries, the deadline); the drivers here only send and wait. The drivers at the bottom
+(:func:`drive`, :func:`adrive`) run a sans-I/O procedure's calls through a transport.
+
+**Timeouts count silence, not waiting.** A try is given up when its server has answered
+nothing, neither it nor any other request, for ``timeout`` seconds since it was sent: the time
+it waits in the server's queue behind the answers to others never counts, and neither does the
+time it waits in the client for room in a window (it is not sent yet). A try given up is
+closed, so vLLM aborts it.
 
 Knows nothing of LangChain or of prompts. Every failure leaves as a typed
 :class:`~langchain_qwen_fast.errors.TransportError` (or :class:`ResponseFormatError`) that
@@ -17,14 +24,15 @@ never in a message.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import email.utils
+import queue
 import re
-import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -36,13 +44,23 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    stop_before_delay,
-    wait_random_exponential,
 )
 
 from langchain_qwen_fast._core import collector
+from langchain_qwen_fast._core.dispatch import (
+    Call,
+    Deadline,
+    Dispatch,
+    PromptBatch,
+    Request,
+    RetryBudget,
+    Send,
+    Unit,
+    backoff,
+)
+from langchain_qwen_fast._core.flow import LATENCY_TARGET
 from langchain_qwen_fast._core.http_stacks import AiohttpStack, HTTPReply, HTTPStack, HttpxStack, WireSettings
-from langchain_qwen_fast._core.replicas import Replicas
+from langchain_qwen_fast._core.replicas import Outcome, Replicas
 from langchain_qwen_fast.errors import (
     ConfigurationError,
     ResponseFormatError,
@@ -58,60 +76,26 @@ T = TypeVar("T")
 #: What turns a call's decoded reply into its result (None: the decoded reply is the result).
 Reader = Callable[[Any], Any] | None
 
-#: The transport's defaults, the classifier's and the chat model's alike: seconds allowed for
-#: each request, retries after the first try, and the seconds after the first try past which
-#: no retry wait may end.
+#: The transport's defaults, the classifier's and the chat model's alike: seconds of silence
+#: after which a try is given up, and retries after the first try.
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_RETRIES = 3
-DEFAULT_RETRY_DEADLINE = 60.0
 #: Connections a transport keeps open at most, unless its owner says how many it needs.
 DEFAULT_POOL_SIZE = 64
-#: The backoff between tries (full jitter): the first wait is up to ``RETRY_BACKOFF_INITIAL``
-#: seconds, each next one up to twice as long, never more than ``RETRY_BACKOFF_MAX``. Short
-#: against a request's timeout: a retry mostly waits for a replica or a restart to answer.
-RETRY_BACKOFF_INITIAL = 0.1
-RETRY_BACKOFF_MAX = 4.0
-
-#: A request: (HTTP method, path under the base URL, JSON body or None), and optionally a
-#: reader. The body may also be a function that builds it, called once when the request's
-#: turn to be sent comes: a group's prompts are tokenised then, so the first requests are out
-#: before the last are built. The async path calls it on the event loop, not in a worker
-#: thread: tiktoken holds the interpreter lock and ``tokenizers`` spreads a batch over threads
-#: of its own, so a worker thread bought no overlap, only the cost of handing the lock back
-#: and forth. A reader turns the decoded reply into what the caller keeps,
-#: the moment it arrives, so that a large reply's JSON never outlives its request (many
-#: replies held at once until the last one arrives cost the cyclic garbage collector a pass
-#: over each of their objects); what it returns, or raises, is the call's result.
-#: A call without a reader.
-Request = tuple[str, str, Any]
-Call = Request | tuple[str, str, Any, Callable[[Any], Any]]
-
-
-def _content(body: Any) -> bytes | None:
-    """A call's body as JSON bytes (built first if it is a function)."""
-    if body is None:
-        return None
-    return orjson.dumps(body() if callable(body) else body)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """When and how long to retry.
-
-    Connection errors, timeouts, 429 and 5xx are retried with exponential backoff and full
-    jitter (or the server's ``Retry-After``), at most ``max_attempts`` tries in all, and never
-    starting a wait that would end past ``deadline`` seconds after the first try.
-    Other 4xx answers are the request's fault and are not retried.
-    """
+    """How often to try: connection errors, timeouts, 429 and 5xx are retried with
+    exponential backoff and full jitter (or the server's ``Retry-After``), at most
+    ``max_attempts`` tries in all. Other 4xx answers are the request's fault and are not
+    retried."""
 
     max_attempts: int = DEFAULT_MAX_RETRIES + 1
-    deadline: float = DEFAULT_RETRY_DEADLINE
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigurationError("max_attempts must be at least 1")
-        if self.deadline <= 0:
-            raise ConfigurationError("deadline must be positive")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +108,8 @@ class TransportSettings:
     api_key: str | None = dataclasses.field(default=None, repr=False)
     timeout: float = DEFAULT_TIMEOUT
     max_retries: int = DEFAULT_MAX_RETRIES
-    retry_deadline: float = DEFAULT_RETRY_DEADLINE
+    #: seconds a call waits in all (None: as long as its servers answer)
+    deadline: float | None = None
     #: an ``httpx`` transport instead of the network (tests, custom TLS or proxies)
     http_transport: Any = None
 
@@ -178,54 +163,20 @@ def shown_url(url: str) -> str:
     return re.sub(r"(?<=//)[^/@]*@", "", url)
 
 
-class RetryBudget:
-    """Caps the extra load retries add: each first try earns ``ratio`` of a retry, and
-    ``min_per_second`` more are earned with time, up to ``capacity`` saved; a retry spends one.
-    Under overload, when most tries fail, retries then add at most that share of the load
-    instead of multiplying it by the retry count (the retry budgets of Finagle and Envoy)."""
-
-    def __init__(self, ratio: float = 0.2, min_per_second: float = 10.0, capacity: float = 100.0) -> None:
-        self.ratio = ratio
-        self.min_per_second = min_per_second
-        self.capacity = capacity
-        self._tokens = capacity
-        self._at = time.monotonic()
-        self._lock = threading.Lock()
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.min_per_second)
-        self._at = now
-
-    def earn(self) -> None:
-        """A first try was made."""
-        with self._lock:
-            self._refill()
-            self._tokens = min(self.capacity, self._tokens + self.ratio)
-
-    def spend(self) -> bool:
-        """Whether a retry may go now (and if so, it is paid for)."""
-        with self._lock:
-            self._refill()
-            if self._tokens < 1:
-                return False
-            self._tokens -= 1
-            return True
-
-
 class Transport:
-    """HTTP to a server: retries, replicas and typed errors over an :class:`HTTPStack`.
+    """HTTP to a server: flow control, retries, replicas and typed errors over an :class:`HTTPStack`.
 
     Given several base URLs (replicas serving the same model, e.g. two vLLM servers sharing
-    one GPU), each try goes to the replica with the fewest requests outstanding, a retry to
-    another one, and a replica whose connection failed rests a few seconds (see
+    one GPU), each try goes to the replica whose window has the most room, a retry to another
+    one, and a replica whose connection failed rests a few seconds (see
     :class:`~langchain_qwen_fast._core.replicas.Replicas`): the load follows what each server
     answers, and a replica that is down costs a retry, not the items.
 
     Args:
         base_url: the OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1``, or a list.
         api_key: bearer token, or None.
-        timeout: seconds for each request (connect, write, read each).
+        timeout: seconds of silence from a try's server after which the try is given up (and
+            for a connection to open).
         retry: the retry policy (None: :class:`RetryPolicy`'s defaults).
         pool_size: most connections kept open.
         http_transport: an ``httpx`` transport instead of the network, e.g.
@@ -247,7 +198,9 @@ class Transport:
             raise ConfigurationError("base_url: give at least one URL")
         self.base_urls = [u.rstrip("/") for u in urls]
         self.base_url = self.base_urls[0]
-        self.replicas = Replicas(len(self.base_urls))
+        # A window's latency target well inside the timeout: answers that slow mean work
+        # queued at the server, long before a try waits long enough to be given up.
+        self.replicas = Replicas(len(self.base_urls), target=min(LATENCY_TARGET, timeout / 3))
         self.budget = RetryBudget()
         headers = {"content-type": "application/json"}
         if api_key:
@@ -259,10 +212,6 @@ class Transport:
         #: how tries go over the wire (httpx until :meth:`use_stack` says otherwise)
         self.stack: HTTPStack = self.httpx
         self._retrying = Retrying(**self._retry_kwargs(is_retryable))
-        self._aretrying = AsyncRetrying(**self._retry_kwargs(is_retryable))
-        #: retries refused by the retry budget so far
-        self.retries_refused = 0
-        self._jitter = wait_random_exponential(multiplier=RETRY_BACKOFF_INITIAL, max=RETRY_BACKOFF_MAX)
 
     @classmethod
     def from_settings(cls, settings: TransportSettings, pool_size: int = DEFAULT_POOL_SIZE) -> Transport:
@@ -271,7 +220,7 @@ class Transport:
             settings.base_urls,
             api_key=settings.api_key,
             timeout=settings.timeout,
-            retry=RetryPolicy(max_attempts=settings.max_retries + 1, deadline=settings.retry_deadline),
+            retry=RetryPolicy(max_attempts=settings.max_retries + 1),
             pool_size=pool_size,
             http_transport=settings.http_transport,
         )
@@ -288,18 +237,24 @@ class Transport:
         makes its connector, e.g. an ``aiohttp.UnixConnector`` in tests)."""
         return AiohttpStack(self.wire, self.httpx, connector)
 
-    def _retry_kwargs(self, retryable: Callable[[BaseException], bool]) -> dict[str, Any]:
-        policy = stop_after_attempt(self.retry.max_attempts) | stop_before_delay(self.retry.deadline)
+    @property
+    def retries_refused(self) -> int:
+        """Retries the retry budget refused so far."""
+        return self.budget.refused
+
+    def _retry_kwargs(
+        self, retryable: Callable[[BaseException], bool], deadline: Deadline | None = None
+    ) -> dict[str, Any]:
+        policy = stop_after_attempt(self.retry.max_attempts)
 
         def stop(state: RetryCallState) -> bool:
             # Asked only once the error is retryable, and the policy's stop comes first: a
             # retry is paid for only when it would really be made.
             if policy(state):
                 return True
-            if self.budget.spend():
-                return False
-            self.retries_refused += 1
-            return True
+            if deadline is not None and time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline.at:
+                return True
+            return not self.budget.spend()
 
         return dict(stop=stop, wait=self._wait, retry=retry_if_exception(retryable), reraise=True)
 
@@ -322,7 +277,7 @@ class Transport:
 
     @property
     def timeout(self) -> float:
-        """Seconds allowed for each request."""
+        """Seconds of silence after which a try is given up."""
         return self.wire.timeout
 
     def _wait(self, state: RetryCallState) -> float:
@@ -332,111 +287,238 @@ class Transport:
         else:  # an SDK error carrying the HTTP response (openai.APIStatusError)
             headers = getattr(getattr(exc, "response", None), "headers", None)
             retry_after = parse_retry_after(headers.get("retry-after")) if headers is not None else None
-        return retry_after if retry_after is not None else self._jitter(state)
+        return retry_after if retry_after is not None else backoff(state.attempt_number)
 
     # -- one try: the same for blocking and async sends --------------------------------------
-    def _pick(self, tried: set[int], path: str) -> tuple[int, str]:
-        """The replica for the next try of a request and the URL of ``path`` on it."""
-        replica = self.replicas.acquire(tried)
-        tried.add(replica)
-        return replica, _url(self.base_urls[replica], path)
-
     @contextlib.contextmanager
-    def _trying(self, replica: int, url: str) -> Iterator[None]:
+    def _trying(self, send: Send, url: str, sent_at: float) -> Iterator[None]:
         """Around one try's send: a network failure gives the replica its verdict and leaves
         as the typed error naming ``url``; anything else (a cancelled try) gives none."""
         try:
             yield
         except self.stack.network_errors as exc:
             timed_out = isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError))
-            self.replicas.release(replica, "failed" if timed_out else "unreachable")
+            self._release(send, "silent" if timed_out else "unreachable", sent_at)
             raise self._network_error(exc, url, timed_out) from None
         except BaseException:
-            self.replicas.release(replica, "cancelled")
+            self._release(send, "cancelled", sent_at)
             raise
+
+    def _release(self, send: Send, outcome: Outcome, sent_at: float) -> None:
+        self.replicas.release(send.replica, outcome, send.prompts, sent_at, send.used)
 
     def _network_error(self, exc: BaseException, url: str, timed_out: bool) -> TransportError:
         where, what = shown_url(url), f"{type(exc).__name__}: {exc}".rstrip(": ")
         if timed_out:
-            return ServerTimeoutError(f"no answer from {where} within the timeout of {self.timeout:g} s ({what})")
+            return ServerTimeoutError(f"{where} answered nothing for the timeout of {self.timeout:g} s ({what})")
         if isinstance(exc, self.stack.connect_errors):
             return ServerConnectionError(f"could not connect to {where}: {what}")
         return ServerConnectionError(f"the connection to {where} failed: {what}")
 
-    def _answered(self, replica: int, reply: HTTPReply, path: str, read: Reader) -> Any:
-        self.replicas.release(replica, "failed" if reply[0] >= 500 else "ok")
+    def _answered(self, send: Send, reply: HTTPReply, sent_at: float) -> Any:
+        status = reply[0]
+        self._release(send, "failed" if status >= 500 else "overloaded" if status == 429 else "ok", sent_at)
+        path = send.call[1]
+        read = send.call[3] if len(send.call) > 3 else None
         if read is None:
-            return _decode(reply, path, self.base_urls[replica])
+            return _decode(reply, path, self.base_urls[send.replica])
         with collector.paused():
-            return read(_decode(reply, path, self.base_urls[replica]))
+            return read(_decode(reply, path, self.base_urls[send.replica]))
 
-    def _send(self, method: str, path: str, tried: set[int], content: bytes | None, read: Reader) -> Any:
-        replica, url = self._pick(tried, path)
-        with self._trying(replica, url):
-            reply = self.stack.send(method, url, content)
-        return self._answered(replica, reply, path, read)
+    def _send(self, send: Send) -> Any:
+        """One blocking try of ``send`` (its window's share taken already)."""
+        content = send.content()
+        url = _url(self.base_urls[send.replica], send.call[1])
+        sent = time.monotonic()
+        with self._trying(send, url, sent):
+            reply = self.stack.send(send.call[0], url, content)
+        return self._answered(send, reply, sent)
 
-    async def _asend(self, method: str, path: str, tried: set[int], content: bytes | None, read: Reader) -> Any:
-        replica, url = self._pick(tried, path)
-        with self._trying(replica, url):
-            reply = await self.stack.asend(method, url, content)
-        return self._answered(replica, reply, path, read)
+    async def _asend(self, send: Send) -> Any:
+        """One async try of ``send``, given up once its replica has answered nothing for the
+        timeout (:class:`_Silence`)."""
+        content = send.content()
+        replica = send.replica
+        url = _url(self.base_urls[replica], send.call[1])
+        sent = time.monotonic()
+        with self._trying(send, url, sent):
+            async with _Silence(self.replicas, replica, self.timeout, sent):
+                reply = await self.stack.asend(send.call[0], url, content)
+        return self._answered(send, reply, sent)
 
     # -- requests ---------------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Any = None, read: Reader = None) -> Any:
-        """One request, retried per the policy; returns the decoded JSON, or what ``read``
-        makes of it."""
-        content = _content(body)
+    def request(
+        self, method: str, path: str, body: Any = None, read: Reader = None, *, deadline: Deadline | None = None
+    ) -> Any:
+        """One request, blocking, retried per the policy (no retry waits past ``deadline``);
+        returns the decoded JSON, or what ``read`` makes of it."""
+        unit = Unit(0, 0, 1)
+        call: Call = (method, path, body) if read is None else (method, path, body, read)
         self.budget.earn()
-        return self._retrying.copy()(self._send, method, path, set(), content, read)
+        tried: set[int] = set()
 
-    async def _arequest(self, method: str, path: str, body: Any = None, read: Reader = None) -> Any:
-        content = _content(body)
-        self.budget.earn()
-        return await self._aretrying.copy()(self._asend, method, path, set(), content, read)
+        def attempt() -> Any:
+            replica, used = self.replicas.acquire(tried)
+            tried.add(replica)
+            return self._send(Send(unit, replica, call, 1, used))
 
-    def request_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
-        """Run ``calls`` with at most ``max_concurrency`` in flight; results in order,
-        each the decoded JSON or the exception that call ended with."""
-        if len(calls) == 1:
-            return [_capture(self.request, *calls[0])]
+        retrying = self._retrying if deadline is None else Retrying(**self._retry_kwargs(is_retryable, deadline))
+        return retrying.copy()(attempt)
+
+    def request_all(
+        self, calls: Sequence[Call | PromptBatch], max_concurrency: int, deadline: Deadline | None = None
+    ) -> list[Any]:
+        """Run ``calls`` with at most ``max_concurrency`` requests in flight, as the windows
+        allow; results in order: each call's decoded JSON (or what its reader made of it) or
+        the exception it ended with, each :class:`PromptBatch`'s pieces."""
+        if len(calls) == 1 and not isinstance(calls[0], PromptBatch):
+            return [_capture(lambda: self.request(*calls[0], deadline=deadline))]  # type: ignore[misc]
         io = self.stack.io_loop()
         if io is not None:
-            return io.submit(self._arequest_all(calls, max_concurrency)).result()
-        with ThreadPoolExecutor(max(1, min(max_concurrency, len(calls))), thread_name_prefix="qwen-fast") as pool:
-            return list(pool.map(lambda call: _capture(self.request, *call), calls))
+            return io.submit(self._arequest_all(calls, max_concurrency, deadline)).result()
+        return self._request_all_on_threads(calls, max_concurrency, deadline)
 
-    async def arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
+    async def arequest_all(
+        self, calls: Sequence[Call | PromptBatch], max_concurrency: int, deadline: Deadline | None = None
+    ) -> list[Any]:
         """Async :meth:`request_all`."""
         io = self.stack.io_loop()
-        job = self._arequest_all(calls, max_concurrency)
+        job = self._arequest_all(calls, max_concurrency, deadline)
         return await (job if io is None else asyncio.wrap_future(io.submit(job)))
 
-    async def _arequest_all(self, calls: Sequence[Call], max_concurrency: int) -> list[Any]:
-        if len(calls) == 1:
-            return [await _acapture(self._arequest, *calls[0])]
-        gate = asyncio.Semaphore(max(1, max_concurrency))
+    def _dispatch(
+        self, calls: Sequence[Call | PromptBatch], max_concurrency: int, deadline: Deadline | None
+    ) -> Dispatch:
+        return Dispatch(calls, self.replicas, max_concurrency, self.retry.max_attempts, self.budget, deadline)
 
-        async def one(call: Call) -> Any:
-            async with gate:
-                return await _acapture(self._arequest, *call)
+    async def _arequest_all(
+        self, calls: Sequence[Call | PromptBatch], max_concurrency: int, deadline: Deadline | None
+    ) -> list[Any]:
+        dispatch = self._dispatch(calls, max_concurrency, deadline)
+        if len(calls) == 1 and not isinstance(calls[0], PromptBatch):
+            return await self._aone(dispatch)
+        loop = asyncio.get_running_loop()
+        out: dict[asyncio.Task[Any], Send] = {}
+        ended: deque[asyncio.Task[Any]] = deque()
+        waiter: list[asyncio.Future[None]] = []
 
-        # The first wave's requests started one at a time, the loop turning between: before
-        # Python 3.12, aiohttp writes a request's body in a task of its own, which would
-        # otherwise wait behind every other request's content (token ids made there) and
-        # leave the servers idle through all of it at the start of each batch. The rest wait
-        # for the gate and are started at once.
-        started: list[asyncio.Future[Any]] = []
+        def on_end(task: asyncio.Task[Any]) -> None:
+            ended.append(task)
+            if waiter and not waiter[0].done():
+                waiter[0].set_result(None)
+
+        started = 0
         try:
-            for call in calls:
-                started.append(asyncio.ensure_future(one(call)))
-                if len(started) <= max_concurrency:
-                    await asyncio.sleep(0)
+            while True:
+                for send in dispatch.sends(time.monotonic()):
+                    task = loop.create_task(self._asend(send))
+                    out[task] = send
+                    task.add_done_callback(on_end)
+                    started += 1
+                    # The first wave's requests started one at a time, the loop turning
+                    # between: before Python 3.12, aiohttp writes a request's body in a task
+                    # of its own, which would otherwise wait behind every other request's
+                    # content (token ids made there) and leave the servers idle through all of
+                    # it at the start of each batch.
+                    if started <= max_concurrency:
+                        await asyncio.sleep(0)
+                if ended:
+                    while ended:
+                        task = ended.popleft()
+                        if task in out:
+                            dispatch.done(out.pop(task), _outcome(task), time.monotonic())
+                    continue  # what the ended tries leave room for goes out first
+                if dispatch.finished():
+                    return dispatch.results()
+                now = time.monotonic()
+                if dispatch.past_deadline(now):
+                    dispatch.expire(list(out.values()))
+                    for task in out:
+                        task.cancel()
+                    out.clear()
+                    continue
+                wait = dispatch.wake_in(now)
+                waiter.append(loop.create_future())
+                timer = loop.call_later(wait, _wake, waiter[0]) if wait is not None else None
+                try:
+                    await waiter[0]
+                finally:
+                    waiter.clear()
+                    if timer is not None:
+                        timer.cancel()
         except BaseException:
-            for task in started:
+            for task in out:
                 task.cancel()
             raise
-        return list(await asyncio.gather(*started))
+
+    async def _aone(self, dispatch: Dispatch) -> list[Any]:
+        """A dispatch of one call, its tries awaited in place (no task to start)."""
+        while not dispatch.finished():
+            for send in dispatch.sends(time.monotonic()):
+                try:
+                    if dispatch.deadline is None:
+                        outcome = await self._asend(send)
+                    else:
+                        async with asyncio.timeout(max(0.0, dispatch.deadline.at - time.monotonic())):
+                            outcome = await self._asend(send)
+                except TimeoutError as exc:  # the deadline's (the silence's is a ServerTimeoutError)
+                    if not dispatch.past_deadline(time.monotonic()):
+                        outcome = exc
+                    else:
+                        dispatch.expire([send])
+                        continue
+                except Exception as exc:
+                    outcome = exc
+                dispatch.done(send, outcome, time.monotonic())
+            wait = dispatch.wake_in(time.monotonic())
+            if wait and not dispatch.finished():
+                await asyncio.sleep(wait)
+            if dispatch.past_deadline(time.monotonic()) and not dispatch.finished():
+                dispatch.expire([])
+        return dispatch.results()
+
+    def _request_all_on_threads(
+        self, calls: Sequence[Call | PromptBatch], max_concurrency: int, deadline: Deadline | None
+    ) -> list[Any]:
+        """:meth:`request_all` with blocking tries on threads (an httpx stack of the caller's)."""
+        dispatch = self._dispatch(calls, max_concurrency, deadline)
+        work = sum(c.size if isinstance(c, PromptBatch) else 1 for c in calls)
+        ended: queue.SimpleQueue[tuple[Send, Any]] = queue.SimpleQueue()
+        out: set[Send] = set()
+
+        def run(send: Send) -> None:
+            try:
+                result: Any = self._send(send)
+            except BaseException as exc:  # a KeyboardInterrupt too: the caller's thread raises it
+                result = exc
+            ended.put((send, result))
+
+        pool = concurrent.futures.ThreadPoolExecutor(max(1, min(max_concurrency, work)), thread_name_prefix="qwen-fast")
+        try:
+            while True:
+                for send in dispatch.sends(time.monotonic()):
+                    out.add(send)
+                    pool.submit(run, send)
+                if not ended.empty():
+                    while not ended.empty():
+                        send, result = ended.get()
+                        out.discard(send)
+                        dispatch.done(send, _kept(result), time.monotonic())
+                    continue
+                if dispatch.finished():
+                    return dispatch.results()
+                now = time.monotonic()
+                if dispatch.past_deadline(now):
+                    dispatch.expire(list(out))
+                    continue
+                try:
+                    send, result = ended.get(timeout=dispatch.wake_in(now))
+                except queue.Empty:
+                    continue
+                out.discard(send)
+                dispatch.done(send, _kept(result), time.monotonic())
+        finally:
+            pool.shutdown(wait=not out, cancel_futures=True)
 
     async def aprobe(self, path: str, timeout: float) -> list[bool]:
         """Whether each replica answers ``path`` with 200 within ``timeout`` seconds: one try
@@ -463,30 +545,75 @@ class Transport:
         await self.httpx.aclose()
 
 
+class _Silence:
+    """Around one async try: gives it up (``TimeoutError`` at its ``await``) once its replica
+    has answered nothing, neither it nor any other try, for ``timeout`` seconds since it was
+    sent. One timer a try, pushed back lazily: when it fires after the replica answered
+    others, it is set again from that answer."""
+
+    __slots__ = ("_handle", "_loop", "_replica", "_replicas", "_scope", "_sent", "_timeout")
+
+    def __init__(self, replicas: Replicas, replica: int, timeout: float, sent: float) -> None:
+        self._replicas = replicas
+        self._replica = replica
+        self._timeout = timeout
+        self._sent = sent
+
+    async def __aenter__(self) -> None:
+        self._scope = asyncio.timeout(None)
+        await self._scope.__aenter__()
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(self._timeout, self._check)
+
+    def _check(self) -> None:
+        quiet_since = max(self._sent, self._replicas.last_answer[self._replica])
+        left = quiet_since + self._timeout - time.monotonic()
+        if left <= 0.001:
+            self._scope.reschedule(self._loop.time())
+        else:
+            self._handle = self._loop.call_later(left, self._check)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._handle.cancel()
+        await self._scope.__aexit__(*exc)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _outcome(task: asyncio.Task[Any]) -> Any:
+    """What a finished try's task ended with: its result, or its error; raises what ends more
+    than the try (a cancellation from outside, a ``KeyboardInterrupt``)."""
+    return _kept(task.exception() or task.result())  # a cancelled task's exception() raises
+
+
+def _kept(outcome: Any) -> Any:
+    """``outcome``, kept in its item's place unless it is an exception that ends the call."""
+    if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
 def _url(base: str, path: str) -> str:
     """``path`` on the server at ``base``: paths under /v1 are relative to the base URL; server
     routes (/tokenize, /classify) start with "/" and hang off the root."""
     return base.removesuffix("/v1") + path if path.startswith("/") else f"{base}/{path}"
 
 
-def _capture(fn: Callable[..., T], *args: Any) -> T | Exception:
+def _capture(fn: Callable[[], T]) -> T | Exception:
     try:
-        return fn(*args)
+        return fn()
     except Exception as exc:  # handed back in the item's place
         return exc
 
 
-async def _acapture(fn: Callable[..., Awaitable[T]], *args: Any) -> T | Exception:
-    try:
-        return await fn(*args)
-    except Exception as exc:
-        return exc
-
-
-#: A sans-I/O procedure: yields batches of calls, receives their results, returns a value.
-#: One copy of the logic serves the sync and the async path. Yielding an empty batch is a
-#: checkpoint: the async driver lets the event loop run other tasks before resuming.
-Steps = Generator[list[Call], list[Any], T]
+#: A sans-I/O procedure: yields batches of calls (a :class:`PromptBatch` among them is cut into
+#: requests by the transport), receives their results, returns a value. One copy of the logic
+#: serves the sync and the async path. Yielding an empty batch is a checkpoint: the async
+#: driver lets the event loop run other tasks before resuming.
+Steps = Generator[list[Call | PromptBatch], list[Any], T]
 
 
 def gather(runs: Sequence[Steps[T]]) -> Steps[list[T]]:
@@ -494,7 +621,7 @@ def gather(runs: Sequence[Steps[T]]) -> Steps[list[T]]:
     together (so they share the requests in flight) and hands each its own replies; returns
     their values in order."""
     values: list[Any] = [None] * len(runs)
-    pending: dict[int, list[Call]] = {}
+    pending: dict[int, list[Call | PromptBatch]] = {}
     for i, run in enumerate(runs):
         try:
             pending[i] = next(run)
@@ -515,18 +642,18 @@ def gather(runs: Sequence[Steps[T]]) -> Steps[list[T]]:
     return values
 
 
-def drive(transport: Transport, steps: Steps[T], max_concurrency: int) -> T:
-    """Run ``steps`` with blocking I/O."""
+def drive(transport: Transport, steps: Steps[T], max_concurrency: int, deadline: Deadline | None = None) -> T:
+    """Run ``steps`` with blocking I/O, every request of it under ``deadline``."""
     try:
         calls = next(steps)
         while True:
-            calls = steps.send(transport.request_all(calls, max_concurrency) if calls else [])
+            calls = steps.send(transport.request_all(calls, max_concurrency, deadline) if calls else [])
     except StopIteration as done:
         return done.value
 
 
-async def adrive(transport: Transport, steps: Steps[T], max_concurrency: int) -> T:
-    """Run ``steps`` with async I/O."""
+async def adrive(transport: Transport, steps: Steps[T], max_concurrency: int, deadline: Deadline | None = None) -> T:
+    """Run ``steps`` with async I/O, every request of it under ``deadline``."""
     try:
         calls = next(steps)
         while True:
@@ -534,6 +661,28 @@ async def adrive(transport: Transport, steps: Steps[T], max_concurrency: int) ->
                 await asyncio.sleep(0)
                 calls = steps.send([])
                 continue
-            calls = steps.send(await transport.arequest_all(calls, max_concurrency))
+            calls = steps.send(await transport.arequest_all(calls, max_concurrency, deadline))
     except StopIteration as done:
         return done.value
+
+
+__all__ = [
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_POOL_SIZE",
+    "DEFAULT_TIMEOUT",
+    "Call",
+    "Deadline",
+    "PromptBatch",
+    "Reader",
+    "Request",
+    "RetryBudget",
+    "RetryPolicy",
+    "Steps",
+    "Transport",
+    "TransportSettings",
+    "adrive",
+    "drive",
+    "gather",
+    "parse_retry_after",
+    "shown_url",
+]

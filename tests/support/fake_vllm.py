@@ -87,6 +87,12 @@ def prompts_of(value: Any) -> tuple[list[Any], bool]:
     return list(value), True
 
 
+def prompts_in(request: httpx.Request) -> int:
+    """The prompts a completions request asks: what a test counts where the flow control
+    chooses how many prompts a request carries."""
+    return len(prompts_of(json.loads(request.content)["prompt"])[0])
+
+
 def _has_text(body: Any) -> bool:
     """Whether a completions or classify body carries any text prompt (not token ids)."""
     prompts = (body or {}).get("prompt", (body or {}).get("input", []))

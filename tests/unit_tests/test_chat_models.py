@@ -26,6 +26,7 @@ from langchain_qwen_fast import (
     ServerTimeoutError,
     TransportError,
 )
+from langchain_qwen_fast._core.transport import DEFAULT_MAX_RETRIES
 
 
 class TestChatQwenFastUnit(ChatModelUnitTests):
@@ -283,7 +284,7 @@ def test_any_other_sdk_error_is_a_transport_error(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize(
     ("settings", "named"),
-    [({"retry_deadline": 0}, "retry_deadline"), ({"max_retries": -1}, "max_retries"), ({"n": 0}, "n")],
+    [({"max_retries": -1}, "max_retries"), ({"n": 0}, "n")],
 )
 def test_bad_settings_are_configuration_errors(settings: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigurationError, match=named) as raised:
@@ -296,4 +297,4 @@ def test_the_defaults_are_the_classifiers() -> None:
     classifier = QwenClassifier(labels=["a", "b"], base_url="http://chat.test/v1")
     assert chat.request_timeout == classifier.timeout
     assert chat.root_client.timeout == classifier.timeout  # what each request is sent with
-    assert chat.retry_deadline == classifier.retry_deadline
+    assert chat.max_retries is None and classifier.max_retries == DEFAULT_MAX_RETRIES

@@ -229,6 +229,14 @@ def test_results_made_in_blocks_on_the_sync_path_s_threads_are_every_text_s(
     assert make(fake, batch_size=7, max_concurrency=4).batch(texts) == want
 
 
+def opened(classifier: QwenClassifier) -> QwenClassifier:
+    """``classifier`` once its servers' windows have opened fully: a fake server answers at
+    once, so a few large batches grow each window to its ceiling."""
+    for _ in range(3):
+        classifier.batch(headlines(2048 * classifier.engine.replica_count))
+    return classifier
+
+
 @pytest.mark.parametrize(
     ("replicas", "items", "sizes"),
     [
@@ -238,12 +246,11 @@ def test_results_made_in_blocks_on_the_sync_path_s_threads_are_every_text_s(
         (3, 960, [40] * 24),  # 8 in flight per replica
     ],
 )
-def test_default_load_follows_the_batch_and_the_replicas(
+def test_default_load_follows_the_batch_and_the_replicas_once_their_windows_are_open(
     fake: FakeVLLM, replicas: int, items: int, sizes: list[int]
 ) -> None:
     urls = [f"http://r{k}.test/v1" for k in range(replicas)]
-    classifier = make(fake, base_url=urls if replicas > 1 else URL)
-    classifier.prepare()
+    classifier = opened(make(fake, base_url=urls if replicas > 1 else URL))
     before = len(fake.calls("/v1/completions"))
     classifier.batch(headlines(items))
     grouped = fake.calls("/v1/completions")[before:]
@@ -264,6 +271,8 @@ async def test_default_in_flight_is_eight_per_replica(
     urls = [f"http://r{k}.test/v1" for k in range(replicas)]
     classifier = make(fake, base_url=urls, http_transport=holding(fake, peak, seen), **settings)
     await classifier.aprepare()
+    for _ in range(3):  # the windows open: the fake answers at once until armed
+        await classifier.abatch(headlines(1024 * replicas))
     seen["armed"] = 1
     await classifier.abatch(headlines(2000), config=config)
     assert seen["peak"] == peak
@@ -375,7 +384,7 @@ def test_too_long_text_is_rejected_before_sending(fake: FakeVLLM) -> None:
 
 @pytest.mark.parametrize("fault", [status(503), status(429, {"retry-after": "0"}), reset(), timeout()])
 def test_transient_faults_are_retried(fake: FakeVLLM, fault: Any) -> None:
-    classifier = make(fake, retry_deadline=5)
+    classifier = make(fake)
     classifier.prepare()
     before = len(fake.calls("/v1/completions"))
     fake.fail("/v1/completions", fault)
@@ -388,7 +397,7 @@ def test_transient_faults_are_retried(fake: FakeVLLM, fault: Any) -> None:
     [(status(503), ServerStatusError), (reset(), ServerConnectionError), (timeout(), ServerTimeoutError)],
 )
 def test_retries_run_out_into_a_typed_error_per_item(fake: FakeVLLM, fault: Any, error: type) -> None:
-    classifier = make(fake, max_retries=1, retry_deadline=5)
+    classifier = make(fake, max_retries=1)
     classifier.prepare()
     fake.fail("/v1/completions", fault, fault)
     results = classifier.batch(["one", "two"], return_exceptions=True)
@@ -683,7 +692,7 @@ def test_one_prompt_a_request_keeps_malformed_replies_to_their_item() -> None:
 @pytest.mark.parametrize("fault", [status(503), status(429, {"retry-after": "0"}), reset(), timeout()])
 async def test_one_prompt_requests_are_retried(fault: Any) -> None:
     fake = FakeVLLM(takes_prompt_lists=False)
-    classifier = make(fake, retry_deadline=5)
+    classifier = make(fake)
     classifier.prepare()
     fake.fail("/v1/completions", fault)
     texts = headlines(8)
@@ -694,11 +703,18 @@ async def test_one_prompt_requests_are_retried(fault: Any) -> None:
 
 def test_one_prompt_retries_run_out_into_the_items_error_alone() -> None:
     fake = FakeVLLM(takes_prompt_lists=False)
-    classifier = make(fake, max_retries=1, retry_deadline=5)
-    classifier.prepare()
-    fake.fail("/v1/completions", status(503), status(503))
-    results = classifier.batch(headlines(5), return_exceptions=True, config={"max_concurrency": 1})
-    assert isinstance(results[0], ServerStatusError) and results[0].status_code == 503
+    texts = headlines(5)
+    tries: list[str] = []
+
+    def failing_one(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/completions") and texts[0] in request.content.decode():
+            tries.append(texts[0])
+            return httpx.Response(503, json={"error": {"message": "down for this one"}})
+        return fake(request)
+
+    classifier = make(fake, max_retries=1, http_transport=httpx.MockTransport(failing_one))
+    results = classifier.batch(texts, return_exceptions=True, config={"max_concurrency": 1})
+    assert isinstance(results[0], ServerStatusError) and results[0].status_code == 503 and len(tries) == 2
     assert all(isinstance(r, Classification) for r in results[1:])
 
 
@@ -733,6 +749,8 @@ async def test_one_prompt_in_flight_bound(replicas: int, settings: dict[str, Any
     urls = [f"http://r{k}.test/v1" for k in range(replicas)]
     classifier = make(fake, base_url=urls, http_transport=holding(fake, peak, seen), **settings)
     await classifier.aprepare()
+    for _ in range(3):  # the windows open: the fake answers at once until armed
+        await classifier.abatch(headlines(1024 * replicas))
     seen["armed"] = 1
     texts = headlines(peak + 24)  # more than the bound: a few texts wait for a slot
     assert await classifier.abatch(texts, config=config) == make(FakeVLLM()).batch(texts)
@@ -841,7 +859,7 @@ async def test_a_failed_setup_is_shared_by_its_waiters_then_tried_again_after_a_
 
 # -- settings, copies and LangChain's own arguments -----------------------------------------
 def test_every_engine_setting_of_the_classifiers_name_reaches_the_engine(fake: FakeVLLM) -> None:
-    given = {"timeout": 7.0, "max_retries": 1, "retry_deadline": 9.0, "batch_size": 9, "max_concurrency": 5}
+    given = {"timeout": 7.0, "max_retries": 1, "batch_size": 9, "max_concurrency": 5}
     classifier = make(fake, mode="head", api_key="k", **given)
     settings = classifier.engine.settings
     shared = {f.name for f in dataclasses.fields(EngineSettings)} & set(QwenClassifier.model_fields) - {"api_key"}

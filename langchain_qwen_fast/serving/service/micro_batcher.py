@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from langchain_qwen_fast._core.procedure import MAX_BATCH_SIZE
+from langchain_qwen_fast._core.dispatch import MAX_BATCH_SIZE
 from langchain_qwen_fast.errors import ConfigurationError, DeadlineExceeded, Overloaded, ResponseFormatError
 from langchain_qwen_fast.serving.service.options import DEFAULT_MAX_GROUP, DEFAULT_MAX_QUEUED_TEXTS
 

@@ -33,8 +33,6 @@ from tests.support.proxy import Fault, FaultProxy
 COMMAND = [sys.executable, "-m", "langchain_qwen_fast.cli", "classify", "--no-progress"]
 #: The shortest the outage lasts (it lasts at least until the job and a re-run have failed).
 OUTAGE_SECONDS = float(os.environ.get("QWEN_FAST_OUTAGE_SECONDS", "0"))
-#: The job's retry settings (saved with its classifier): an outage fails it within seconds.
-RETRY_DEADLINE = 1.0
 ROWS = 800
 CHUNK_ROWS = 40
 #: Generous bounds on waits that only end a test which would otherwise hang.
@@ -43,9 +41,7 @@ WAIT_SECONDS = 120
 
 def saved_classifier(tmp_path: Path, base_url: str, timeout: float = 10.0) -> Path:
     """A classifier on ``base_url`` with small retry settings, saved for ``--classifier``."""
-    classifier = QwenClassifier(
-        labels=NEWS_LABELS, base_url=base_url, max_retries=2, retry_deadline=RETRY_DEADLINE, timeout=timeout
-    )
+    classifier = QwenClassifier(labels=NEWS_LABELS, base_url=base_url, max_retries=2, timeout=timeout)
     return classifier.save(tmp_path / "classifier.json")
 
 

@@ -133,9 +133,7 @@ async def load(base_url: str, api_key: str | None, items: int, concurrent: int) 
 async def kill_mid_batch(server: VLLMServer, api_key: str | None, items: int, after: float = 1.0) -> dict[str, Any]:
     """Kill the server (SIGKILL, its whole process group) ``after`` seconds into an ``abatch``
     of ``items``; then restart it on the same port and classify again with the same object."""
-    classifier = QwenClassifier(
-        labels=LABELS, base_url=server.base_url, api_key=api_key, max_retries=2, retry_deadline=5, timeout=10
-    )
+    classifier = QwenClassifier(labels=LABELS, base_url=server.base_url, api_key=api_key, max_retries=2, timeout=10)
     await classifier.ainvoke("warm up")
     start = time.perf_counter()
     task = asyncio.create_task(classifier.abatch(texts(items, "k"), return_exceptions=True))

@@ -55,7 +55,7 @@ def _never_ejecting(init: Any) -> Any:
 
 async def test_an_outage_costs_no_more_tries_than_the_retry_budget_allows(proxy: FaultProxy) -> None:
     proxy.standing(Fault.http(503, message="down"))
-    classifier = make(proxy.base_url, max_retries=5, retry_deadline=5)
+    classifier = make(proxy.base_url, max_retries=5)
     results = await asyncio.gather(*(classifier.ainvoke(t) for t in ["a", "b", "c"]), return_exceptions=True)
     assert all(isinstance(r, ServerStatusError) and r.status_code == 503 for r in results)
     # One set-up, tried once and retried at most max_retries times; its waiters did not try again.

@@ -32,7 +32,7 @@ def service_for(classifier: QwenClassifier, **kwargs: Any) -> BackgroundService:
 
 @pytest.fixture
 def classifier(proxy: FaultProxy) -> QwenClassifier:
-    c = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url=proxy.base_url, max_retries=1, retry_deadline=2)
+    c = QwenClassifier(labels=list(AG_NEWS_LABELS), base_url=proxy.base_url, max_retries=1)
     c.prepare()
     return c
 

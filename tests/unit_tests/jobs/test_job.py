@@ -19,7 +19,7 @@ from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table, differ
 from langchain_qwen_fast.jobs.parts import WorkFolder, work_folder
 from langchain_qwen_fast.testing.samples import headlines
 from tests.support.cli import parse_command
-from tests.support.fake_vllm import FakeVLLM
+from tests.support.fake_vllm import FakeVLLM, prompts_in, prompts_of
 
 LABELS = ("World", "Sports", "Business", "Sci/Tech")
 URL = "http://vllm.test/v1"
@@ -76,16 +76,20 @@ def test_every_row_once_in_order_with_bad_rows_in_place(fake: FakeVLLM, tmp_path
 
 
 def test_chunks_sized_from_the_engine_keep_every_request_in_flight_full(fake: FakeVLLM, tmp_path: Path) -> None:
-    # Three servers, eight requests in flight each: a chunk of at least 3 * 8 * 128 rows lets
-    # every request carry the most prompts a request the client sends (128); chunks of 1,024
-    # rows would have sent 43 a request.
+    # Three servers, eight requests in flight each: once their windows have opened, a chunk of
+    # at least 3 * 8 * 128 rows lets every request carry the most prompts a request the client
+    # sends (128); chunks of 1,024 rows would have sent 43 a request.
     source = write_csv(tmp_path / "in.csv", headlines(7000))
     urls = ["http://a.test/v1", "http://b.test/v1", "http://c.test/v1"]
     job = QwenClassifier(labels=list(LABELS), base_url=urls, http_transport=fake.transport)
+    for _ in range(2):  # the servers answer at once: their windows open fully
+        job.batch(headlines(3 * 1024))
+    before = len(fake.calls("/completions"))
     report = classify_table(options(source, tmp_path / "out.csv", chunk_rows=None), job)
-    sizes = [len(r.body["prompt"]) for r in fake.calls("/completions") if len(r.body["prompt"]) > 1]
+    asked = [prompts_of(r.body["prompt"]) for r in fake.calls("/completions")[before:]]
+    sizes = [len(prompts) for prompts, listed in asked if listed]
     assert report.rows == 7000 and sum(sizes) == 7000
-    assert max(sizes) == 128 and sizes.count(128) >= 7000 // 128 - 3 * 8
+    assert max(sizes) == 128 and sum(size for size in sizes if size >= 100) >= 0.75 * 7000
 
 
 def test_rows_that_cannot_be_read_are_written_with_their_error(fake: FakeVLLM, tmp_path: Path) -> None:
@@ -115,13 +119,15 @@ class Killed(BaseException):
     """Stands for the process being killed: nothing catches it on the way out."""
 
 
-def dying_after(fake: FakeVLLM, completions: int) -> httpx.MockTransport:
+def dying_after(fake: FakeVLLM, prompts: int) -> httpx.MockTransport:
+    """A transport whose process is killed at the first completions request past ``prompts``
+    prompts."""
     seen = {"n": 0}
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/completions"):
-            seen["n"] += 1
-            if seen["n"] > completions:
+            seen["n"] += prompts_in(request)
+            if seen["n"] > prompts:
                 raise Killed
         return fake(request)
 
@@ -136,7 +142,7 @@ def test_an_interrupted_job_resumes_from_its_committed_chunks(fake: FakeVLLM, tm
     classify_table(options(source, whole, chunks_in_flight=2), classifier(fake.transport))
     out = tmp_path / "out.csv"
     with pytest.raises(Killed):
-        classify_table(options(source, out, chunks_in_flight=2), classifier(dying_after(fake, 20)))
+        classify_table(options(source, out, chunks_in_flight=2), classifier(dying_after(fake, 250)))
     folder = work_folder(out)
     committed = WorkFolder(out, "csv").chunks()
     assert committed and not out.exists()
@@ -158,7 +164,7 @@ def test_a_restart_with_other_options_is_refused_naming_the_difference(fake: Fak
     source = write_csv(tmp_path / "in.csv", headlines(200))
     out = tmp_path / "out.csv"
     with pytest.raises(Killed):
-        classify_table(options(source, out, labels=("A", "B")), classifier(dying_after(fake, 10), labels=("A", "B")))
+        classify_table(options(source, out, labels=("A", "B")), classifier(dying_after(fake, 125), labels=("A", "B")))
     with pytest.raises(ConfigurationError, match="--labels differ: A,B vs A,C") as refused:
         classify_table(options(source, out, labels=("A", "C")), classifier(fake.transport, labels=("A", "C")))
     assert "--fresh" in str(refused.value)
@@ -184,7 +190,7 @@ def test_a_changed_input_is_refused(fake: FakeVLLM, tmp_path: Path) -> None:
     source = write_csv(tmp_path / "in.csv", texts)
     out = tmp_path / "out.csv"
     with pytest.raises(Killed):
-        classify_table(options(source, out), classifier(dying_after(fake, 10)))
+        classify_table(options(source, out), classifier(dying_after(fake, 125)))
     assert WorkFolder(out, "csv").chunks()
     write_csv(source, [texts[0].upper(), *texts[1:]])
     with pytest.raises(ConfigurationError, match=r"its row 1 \(line 2\) differs"):

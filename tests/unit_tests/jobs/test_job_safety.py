@@ -33,7 +33,7 @@ from langchain_qwen_fast.jobs.parts import LOCK, WorkFolder, atomic_write, work_
 from langchain_qwen_fast.testing.samples import headlines
 from tests.support import fake_vllm
 from tests.support.cli import parse_command
-from tests.support.fake_vllm import FakeVLLM
+from tests.support.fake_vllm import FakeVLLM, prompts_in
 
 LABELS = ("World", "Sports", "Business", "Sci/Tech")
 URL = "http://vllm.test/v1"
@@ -41,7 +41,7 @@ URL = "http://vllm.test/v1"
 
 def classifier(transport: Any, **kwargs: Any) -> QwenClassifier:
     # No retries: an outage fails a request at once, as one past the retry deadline does.
-    settings = {"max_retries": 0, "retry_deadline": 1.0, "timeout": 5.0}
+    settings = {"max_retries": 0, "timeout": 5.0}
     return QwenClassifier(labels=list(LABELS), base_url=URL, http_transport=transport, **{**settings, **kwargs})
 
 
@@ -67,15 +67,15 @@ class Killed(BaseException):
     """Stands for the process being killed: nothing catches it on the way out."""
 
 
-def failing_after(fake: FakeVLLM, completions: int, fail: Callable[[httpx.Request], httpx.Response]) -> Any:
-    """A transport that answers ``completions`` completions requests, then every request with
-    ``fail`` (an outage) until ``outage["on"]`` is set False."""
+def failing_after(fake: FakeVLLM, prompts: int, fail: Callable[[httpx.Request], httpx.Response]) -> Any:
+    """A transport that answers completions requests for ``prompts`` prompts, then every
+    request with ``fail`` (an outage) until ``outage["on"]`` is set False."""
     outage = {"seen": 0, "on": True}
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/completions"):
-            outage["seen"] += 1
-            if outage["seen"] > completions and outage["on"]:
+            outage["seen"] += prompts_in(request)
+            if outage["seen"] > prompts and outage["on"]:
                 return fail(request)
         return fake(request)
 
@@ -133,7 +133,7 @@ def test_a_restart_over_another_input_is_refused_naming_the_first_differing_row(
     texts = headlines(300)
     source = write_csv(tmp_path / "in.csv", texts)
     out = tmp_path / "out.csv"
-    transport, _ = failing_after(fake, 6, fake_vllm.status(503))
+    transport, _ = failing_after(fake, 75, fake_vllm.status(503))
     with pytest.raises(InfrastructureFailure):
         classify_table(options(source, out, chunks_in_flight=1), classifier(transport))
     done = sum(chunk.rows for chunk in WorkFolder(out, "csv").chunks())
@@ -199,7 +199,7 @@ def test_a_restart_from_stdin_with_another_stream_is_refused(
     out = tmp_path / "out.csv"
     given = {"input_format": "jsonl", "chunks_in_flight": 1}
     stdin_of(monkeypatch, stream)
-    transport, _ = failing_after(fake, 5, fake_vllm.reset())
+    transport, _ = failing_after(fake, 62, fake_vllm.reset())
     with pytest.raises(InfrastructureFailure):
         classify_table(options("-", out, **given), classifier(transport))
     done = sum(chunk.rows for chunk in WorkFolder(out, "csv").chunks())
@@ -224,7 +224,7 @@ def test_a_restart_over_other_parquet_values_is_refused(fake: FakeVLLM, tmp_path
     source = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), source)
     out = tmp_path / "out.parquet"
-    transport, _ = failing_after(fake, 4, fake_vllm.status(502))
+    transport, _ = failing_after(fake, 50, fake_vllm.status(502))
     with pytest.raises(InfrastructureFailure):
         classify_table(options(source, out, chunks_in_flight=1), classifier(transport))
     assert WorkFolder(out, "parquet").chunks()
@@ -257,7 +257,7 @@ def test_errors_of_the_servers_stop_the_job_and_a_rerun_has_every_row_once_witho
     out = tmp_path / "out.csv"
     whole = tmp_path / "whole.csv"
     classify_table(options(source, whole), classifier(fake.transport))
-    transport, state = failing_after(fake, 6, OUTAGES[outage])
+    transport, state = failing_after(fake, 75, OUTAGES[outage])
     with pytest.raises(InfrastructureFailure, match="not of the row") as stopped:
         classify_table(options(source, out, chunks_in_flight=2), classifier(transport))
     assert stopped.value.exit_code == 3 and "Run the same command again" in str(stopped.value)

@@ -246,7 +246,7 @@ def test_an_interrupted_questions_job_resumes_with_every_row_once(fake: FakeVLLM
     classify_table(options(source, whole, path), decisions=model(fake.transport))
     out = tmp_path / "out.csv"
     with pytest.raises(Killed):
-        classify_table(options(source, out, path, chunks_in_flight=1), decisions=model(dying_after(fake, 12)))
+        classify_table(options(source, out, path, chunks_in_flight=1), decisions=model(dying_after(fake, 130)))
     committed = WorkFolder(out, "csv").chunks()
     assert committed and not out.exists()
     report = classify_table(options(source, out, path), decisions=model(fake.transport))
@@ -262,7 +262,7 @@ def test_a_restart_with_other_questions_is_refused_naming_the_question(fake: Fak
     with pytest.raises(Killed):
         classify_table(
             options(source, out, questions_file(tmp_path / "q.json"), chunks_in_flight=1),
-            decisions=model(dying_after(fake, 12)),
+            decisions=model(dying_after(fake, 130)),
         )
     edited = {**QUESTIONS, "urgent": {**QUESTIONS["urgent"], "instructions": "Is this very urgent?"}}
     with pytest.raises(ConfigurationError, match="question 'urgent' differ") as refused:
