@@ -296,8 +296,8 @@ class Transport:
         as the typed error naming ``url``; anything else (a cancelled try) gives none."""
         try:
             yield
-        except self.stack.network_errors as exc:
-            timed_out = isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError))
+        except (*self.stack.network_errors, TimeoutError) as exc:  # TimeoutError: _Silence's
+            timed_out = isinstance(exc, (httpx.TimeoutException, TimeoutError))
             self._release(send, "silent" if timed_out else "unreachable", sent_at)
             raise self._network_error(exc, url, timed_out) from None
         except BaseException:

@@ -20,6 +20,7 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
+from langchain_qwen_fast._core.dispatch import Deadline
 from langchain_qwen_fast._core.http_stacks import AiohttpStack, HTTPStack, HttpxStack
 from langchain_qwen_fast._core.replicas import Replicas
 from langchain_qwen_fast._core.transport import (
@@ -200,6 +201,50 @@ def test_a_timeout_names_the_url_and_the_timeout() -> None:
 
     with pytest.raises(ServerTimeoutError, match=r"http://t\.test/v1/models answered nothing for the timeout of 5 s"):
         transport(handler).request("GET", "models")
+
+
+async def test_a_try_waiting_behind_answers_to_others_is_not_timed_out_but_a_silent_server_is() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        # item/0 takes three timeouts to come, while the others are answered all along
+        await asyncio.sleep(0.9 if request.url.path.endswith("/0") else 0.05)
+        return httpx.Response(200, json={"n": request.url.path})
+
+    t = Transport("http://t.test/v1", timeout=0.3, retry=RetryPolicy(1), http_transport=httpx.MockTransport(handler))
+    calls = [("GET", f"item/{n}", None) for n in range(30)]
+    replies = await t.arequest_all(calls, max_concurrency=2)
+    assert replies == [{"n": f"/v1/item/{n}"} for n in range(30)]
+    # alone, the same try meets a server that answers nothing for the timeout: given up
+    (alone,) = await t.arequest_all(calls[:1], max_concurrency=2)
+    assert isinstance(alone, ServerTimeoutError) and "answered nothing for the timeout of 0.3 s" in str(alone)
+
+
+async def test_a_deadline_gives_every_item_its_error_in_place_when_it_passes() -> None:
+    async def never(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(60)
+        return httpx.Response(200, json={})
+
+    t = Transport("http://t.test/v1", timeout=30, retry=FAST, http_transport=httpx.MockTransport(never))
+    calls = [("GET", f"item/{n}", None) for n in range(10)]
+    start = time.monotonic()
+    for group in (calls, calls[:1]):  # a batch, and a single call
+        replies = await t.arequest_all(group, max_concurrency=4, deadline=Deadline.after(0.3))
+        assert all(isinstance(r, ServerTimeoutError) and "deadline of 0.3 s" in str(r) for r in replies)
+    assert time.monotonic() - start < 2
+    assert t.replicas.outstanding == [0] and t.replicas.windows[0].in_flight == 0  # the tries were closed
+
+
+def test_a_blocking_call_stops_retrying_at_its_deadline() -> None:
+    calls: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(time.monotonic())
+        return httpx.Response(503, headers={"retry-after": "0.4"}, json={"error": {"message": "busy"}})
+
+    t = transport(handler)
+    t.retry = RetryPolicy(max_attempts=10)
+    with pytest.raises(ServerStatusError):
+        t.request("GET", "models", deadline=Deadline.after(1.0))
+    assert len(calls) == 3  # at 0, 0.4 and 0.8 s: the next wait would end past the deadline
 
 
 @pytest.mark.parametrize(("base", "hinted"), [("http://t.test:8000", True), ("http://t.test:8000/v1", False)])
