@@ -3,6 +3,7 @@ through the queue after a backoff, and every item answered or given its error by
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -76,7 +77,7 @@ def test_the_pieces_cover_the_batch_in_order_whatever_order_they_are_answered_in
             answer(d, replicas, send, f"reply {send.unit.start}", now)
     (pieces,) = d.results()
     assert [p.start for p in pieces] == sorted(p.start for p in pieces) and pieces[0].start == 0
-    assert all(a.stop == b.start for a, b in zip(pieces, pieces[1:], strict=False)) and pieces[-1].stop == 100
+    assert all(a.stop == b.start for a, b in itertools.pairwise(pieces)) and pieces[-1].stop == 100
     assert all(p.result == f"reply {p.start}" for p in pieces)
 
 
