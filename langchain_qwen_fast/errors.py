@@ -24,7 +24,8 @@ the API key. The tree::
     ├── RecordedError                          a job's row error, read back from its output
     └── JobStopped                             a job stopped before its end
         ├── InfrastructureFailure              ... because the servers failed
-        └── TooManyInputErrors                 ... because too many rows were bad
+        ├── TooManyInputErrors                 ... because too many rows were bad
+        └── JobInterrupted                     ... because it was interrupted (Ctrl-C)
 
 The failure rule (:func:`blame`, :func:`is_input_error`, :func:`is_retryable`,
 :func:`splits_group`) is the only place that decides what an error means. The transport
@@ -244,3 +245,26 @@ class TooManyInputErrors(JobStopped):
     failed alike (a systematic error): fix the input or options, or allow more errors."""
 
     exit_code = 4
+
+
+class JobInterrupted(JobStopped):
+    """The job was interrupted (``KeyboardInterrupt``: Ctrl-C, or a signal the application turns
+    into one) and stopped cleanly: the commits under way were finished or left no trace, its
+    table process ended and its work folder's lock was let go. It is raised in place of the
+    interrupt so that a caller learns what is kept, which a bare ``KeyboardInterrupt`` cannot
+    say. ``exit_code``: the shell's for Ctrl-C (128 + SIGINT).
+
+    Attributes:
+        rows: the rows the work folder holds committed (an earlier run's included): the same
+            job, run again, carries on after them.
+        folder: the work folder.
+    """
+
+    exit_code = 130
+
+    def __init__(self, *, rows: int, folder: str) -> None:
+        #: what is kept, in words: the message's, and the phrase ``qwen-fast classify`` prints
+        self.saved = f"{rows} {'row is' if rows == 1 else 'rows are'} saved in {folder}" if rows else "no row is saved"
+        super().__init__(f"interrupted: {self.saved}")
+        self.rows = rows
+        self.folder = folder

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import shlex
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
 
 from langchain_qwen_fast.cli.options import defaults, options_from, whole_numbers
-from langchain_qwen_fast.errors import JobStopped
+from langchain_qwen_fast.errors import JobInterrupted, JobStopped
 from langchain_qwen_fast.jobs.job import SYSTEMATIC_ROWS, ClassifyOptions
 from langchain_qwen_fast.jobs.ray_job import RayOptions, cluster_address
 
@@ -36,7 +43,9 @@ after the retries, a reply that cannot be read, the set-up failing) is never wri
 result: run the same command again once the server answers and it carries on from the last
 whole chunk; 4 stopped by input errors: by default when all rows of a chunk ({SYSTEMATIC_ROWS}
 or more) fail alike, a systematic error; with --max-error-rate R when more than R of the rows
-read have input errors (1: never). The chunk that stopped the job is not written.
+read have input errors (1: never). The chunk that stopped the job is not written; 130 or 143
+stopped by Ctrl-C (SIGINT) or SIGTERM: the chunks being classified are dropped, the commits
+under way finish, and one line says how many rows are saved and the command that carries on.
 
 Rows are read and classified a chunk at a time (--chunk-rows per QwenClassifier.abatch call,
 --chunks-in-flight at once) and written as they finish, so memory does not grow with the
@@ -182,12 +191,57 @@ def run(args: argparse.Namespace) -> int:
             print(f"qwen-fast classify: {exc}", file=sys.stderr, flush=True)
             return exc.exit_code
         return 0
-    from langchain_qwen_fast.jobs.job import classify_table
+    with _terminate_interrupts() as terminated:
+        try:
+            from langchain_qwen_fast.jobs.job import classify_table
 
-    try:
-        report = classify_table(options)
-    except JobStopped as exc:
-        print(f"qwen-fast classify: {exc}", file=sys.stderr, flush=True)
-        return exc.exit_code
+            report = classify_table(options)
+        except JobInterrupted as exc:
+            return _stopped(exc, terminated)
+        except JobStopped as exc:
+            print(f"qwen-fast classify: {exc}", file=sys.stderr, flush=True)
+            return exc.exit_code
+        except KeyboardInterrupt:  # before the job began: what its work folder holds is kept
+            from langchain_qwen_fast.jobs.parts import saved_rows, work_folder
+
+            folder = work_folder(Path(options.out))
+            return _stopped(JobInterrupted(rows=saved_rows(folder), folder=str(folder)), terminated)
     print(render(report), flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def _terminate_interrupts() -> Iterator[list[int]]:
+    """SIGTERM does what SIGINT does while the job runs (then the handler before is back): it
+    calls SIGINT's handler of the moment, which in the job's event loop is ``asyncio.run``'s
+    (the job is cancelled and stops cleanly, a second one interrupts at once), else Python's
+    (``KeyboardInterrupt``). SIGINT's own handler is left alone, so that ``asyncio.run`` sets its
+    own. Yields the SIGTERMs received, for the exit code."""
+    terminated: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        terminated.append(signum)
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):  # SIGINT ignored (started in the background): an interrupt all the same
+            raise KeyboardInterrupt
+        handler(signal.SIGINT, frame)
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield terminated
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield terminated
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _stopped(exc: JobInterrupted, terminated: list[int]) -> int:
+    """Say in one line what the interrupted job keeps and the command that carries on from
+    there (this process's own, as typed); the exit code is the shell's for the signal."""
+    signum = signal.SIGTERM if terminated else signal.SIGINT
+    command = shlex.join(["qwen-fast", *sys.argv[1:]])
+    again = "carries on from there" if exc.rows else "starts it again"
+    print(f"qwen-fast classify: stopped by {signum.name}: {exc.saved}; the same command {again}: {command}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return 128 + signum if terminated else exc.exit_code

@@ -12,7 +12,7 @@ answers' columns), ``answerers`` (what answers a chunk's rows: a classifier's la
 questions), ``parts`` (the work folder: the committed chunks a resumed job carries on from, and the lock
 that lets one run at a time work on them), ``job`` (:class:`ClassifyOptions`,
 :func:`classify_table`; it stops with :class:`~langchain_qwen_fast.errors.JobStopped` when the
-servers fail or too many rows have input errors), ``review`` (the review queue in ``qwen-fast
+servers fail, too many rows have input errors or it is interrupted), ``review`` (the review queue in ``qwen-fast
 train``'s layout), ``summary`` (the report and the confidence histogram); on Ray (the ``ray``
 extra), ``ray_data`` (:class:`ClassifyStage`, a stage for your own Ray Data pipeline),
 ``ray_read`` (the input read on the workers) and ``ray_job`` (:func:`classify_dataset`,

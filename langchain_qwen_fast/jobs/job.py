@@ -38,6 +38,12 @@ Rules that keep every row once, in order, and nothing else's:
   with it, which it waits for before letting go); a second run on the same output refuses at
   once. ``review_out`` may be neither the input nor the output, nor the
   output the input.
+* **An interrupt stops the job cleanly.** A ``KeyboardInterrupt`` (Ctrl-C; ``asyncio.run``
+  turns the first into a cancellation of the job) drops the chunks being classified, waits
+  for the commits already sent to the table side (the table side does them all the same), ends
+  the table process, lets the lock go and raises :class:`JobInterrupted` with the rows saved,
+  the count the progress bar shows. No signal handler is set here: which signals become an
+  interrupt is the application's choice (``qwen-fast classify`` adds SIGTERM).
 
 At the end the parts are joined into the output, and the report (``OUTPUT.report.json``), the
 confidence histogram (``OUTPUT.histogram.png``) and the review file are written from the
@@ -65,6 +71,7 @@ from langchain_qwen_fast.errors import (
     ConfigurationError,
     DataFileError,
     InfrastructureFailure,
+    JobInterrupted,
     TooManyInputErrors,
     is_input_error,
 )
@@ -84,6 +91,8 @@ from langchain_qwen_fast.jobs.parts import (
     atomic_bytes,
     encode_digests,
     part_files,
+    saved_rows,
+    work_folder,
 )
 from langchain_qwen_fast.jobs.questions import GivenQuestions, QuestionAsker, decision_model, load_questions
 from langchain_qwen_fast.jobs.readers import table_reader
@@ -332,17 +341,31 @@ def classify_table(
     if options.histogram:
         require_extra("jobs", "matplotlib", what="the histogram (or --no-histogram)")
     own = (decisions if options.questions is not None else classifier) is None
-    answerer = build_answerer(options, classifier, decisions)
+    answerer: RowAnswerer | None = None
+    job: _Job | None = None
     try:
+        answerer = build_answerer(options, classifier, decisions)
         job = _Job(options, answerer, kinds)
         job.folder.lock()
         try:
             return asyncio.run(job.run())
         finally:
             job.folder.release()
+    except KeyboardInterrupt:
+        if job is not None and job.report is not None:
+            return job.report  # the interrupt came once the output was whole: nothing to stop
+        raise _interrupted(options, job) from None
     finally:
-        if own:
+        if own and answerer is not None:
             answerer.close()
+
+
+def _interrupted(options: ClassifyOptions, job: _Job | None) -> JobInterrupted:
+    """What an interrupted job keeps: the rows it counted as saved, or where it had not read its
+    work folder yet, the rows the folder holds."""
+    folder = work_folder(Path(options.out))
+    rows = job.saved_rows if job is not None and job.saved_rows is not None else saved_rows(folder)
+    return JobInterrupted(rows=rows, folder=str(folder))
 
 
 @dataclass(frozen=True)
@@ -351,13 +374,6 @@ class _Committing:
 
     sent: asyncio.Future[None]
     rows: int
-
-
-async def _committed(committing: _Committing, bar: Any) -> None:
-    """Wait for a commit on its way (raising its failure) and show its rows as done."""
-    await committing.sent
-    if bar is not None:
-        bar.update(committing.rows)
 
 
 async def _ended(committing: deque[_Committing]) -> BaseException | None:
@@ -389,12 +405,18 @@ class _Job:
         #: (the error rate's, and what a stopped job says it keeps)
         self.finished_rows = 0
         self.finished_errors = 0
+        #: rows in chunks whose commit is confirmed, a resumed job's included (None until the
+        #: work folder is read): what the progress bar shows and an interrupted job says it keeps
+        self.saved_rows: int | None = None
         self.set_up = False
         self.tables: Tables | None = None
+        #: the report, once the output is whole
+        self.report: JobReport | None = None
 
     async def run(self) -> JobReport:
         try:
-            return await self._run()
+            self.report = await self._run()
+            return self.report
         finally:
             if self.tables is not None:  # gone before the work folder is let go
                 self.tables.reap()
@@ -410,9 +432,10 @@ class _Job:
         done = sum(chunk.rows for chunk in chunks)
         finished = total(chunk.digest() for chunk in chunks)
         self.finished_rows, self.finished_errors = finished.rows, finished.errors
+        self.saved_rows = done
         expected = reader.count() if options.progress else None  # the bar's total, read first
         rows = reader.rows()
-        self._check_same_input(rows, chunks, done)
+        await self._check_same_input(rows, chunks, done)
         first = [] if chunks else list(itertools.islice(rows, 1))  # the reader knows its columns from here
         columns = list(reader.columns or [])
         if manifest is None:
@@ -450,11 +473,14 @@ class _Job:
             )
         return manifest, chunks
 
-    def _check_same_input(self, rows: Iterator[InputRow], chunks: list[CommittedChunk], done: int) -> None:
+    async def _check_same_input(self, rows: Iterator[InputRow], chunks: list[CommittedChunk], done: int) -> None:
         """Read the rows the finished chunks were read from, comparing each one's digest with
-        the one kept; :class:`ConfigurationError` naming the first that differs."""
+        the one kept; :class:`ConfigurationError` naming the first that differs. It yields to
+        the event loop between chunks, so that an interrupt during a long check stops it
+        there."""
         at = 0
         for chunk in chunks:
+            await asyncio.sleep(0)
             kept = chunk.input_digests()
             for offset in range(chunk.rows):
                 row = next(rows, None)
@@ -501,7 +527,15 @@ class _Job:
             while pending:
                 await self._commit(*pending.popleft(), tables, committing, bar)
             while committing:
-                await _committed(committing.popleft(), bar)
+                await self._confirmed(committing, bar)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            # Interrupted: no more requests, and the commits already sent, which the table side
+            # does all the same, are waited for, so that the rows counted as saved (and shown
+            # on the bar) are the rows the work folder holds.
+            for _, task in pending:
+                task.cancel()
+            await self._settle(committing, bar)
+            raise
         except Exception as exc:
             # The job stops: the commits on their way end first, and one that failed is the
             # cause given (the rows its message counts as kept include that commit's chunk).
@@ -567,11 +601,33 @@ class _Job:
         count as finished from then on."""
         results = await task
         while committing and (committing[0].sent.done() or len(committing) >= COMMITS_AHEAD):
-            await _committed(committing.popleft(), bar)
+            await self._confirmed(committing, bar)
         errors = self._check(chunk.start, chunk.places, results)
         committing.append(_Committing(tables.commit(chunk.start, results), len(chunk)))
         self.finished_rows += len(chunk)
         self.finished_errors += errors
+
+    async def _confirmed(self, committing: deque[_Committing], bar: Any) -> None:
+        """Wait for the first commit on its way (raising its failure) and count its rows as
+        saved, on the bar too. The wait does not cancel the commit, and it leaves the line only
+        once confirmed: an interrupt meanwhile finds it still on its way."""
+        first = committing[0]
+        await asyncio.shield(first.sent)
+        committing.popleft()
+        assert self.saved_rows is not None
+        self.saved_rows += first.rows
+        if bar is not None:
+            bar.update(first.rows)
+
+    async def _settle(self, committing: deque[_Committing], bar: Any) -> None:
+        """Once interrupted: count each commit on its way as it is confirmed, in order, up to
+        the first that fails (its chunk, and any after it, are not part of the unbroken run a
+        rerun carries on from)."""
+        while committing:
+            try:
+                await self._confirmed(committing, bar)
+            except Exception:  # the interrupt is the cause given; the failed chunk is done again
+                return
 
     def _check(self, start: int, places: list[str], results: list[Result]) -> int:
         """The chunk's rows with input errors; :class:`JobStopped` when the chunk is not to be

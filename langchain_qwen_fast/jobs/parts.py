@@ -279,6 +279,29 @@ class WorkFolder:
                     file.unlink()
 
 
+def saved_rows(folder: Path) -> int:
+    """The rows of the folder's committed chunks from row 0 on, unbroken (those
+    :meth:`WorkFolder.chunks` keeps), counted without changing anything: for a run that holds
+    no lock on the folder (one interrupted before it took it, or before it read the folder).
+    A folder that cannot be read holds none."""
+    try:
+        names = [file.name for file in folder.iterdir()]
+    except OSError:
+        return 0
+    digests = {int(name.split(".", 1)[0]): name for name in names if name.endswith(_DIGEST) and _part_name(name)}
+    parts = {int(name.split(".", 1)[0]) for name in names if not name.endswith(_DIGEST) and _part_name(name)}
+    rows = 0
+    while rows in digests and rows in parts:
+        try:
+            count = int(orjson.loads((folder / digests[rows]).read_bytes())["rows"])
+        except (OSError, ValueError, KeyError, TypeError):  # removed meanwhile: the count so far
+            break
+        if count < 1:
+            break
+        rows += count
+    return rows
+
+
 def part_files(chunks: list[CommittedChunk]) -> Iterator[Path]:
     """The chunks' part files, in order."""
     return (chunk.part_path for chunk in chunks)

@@ -380,8 +380,11 @@ def _wait(pid: int, seconds: float) -> int:
 def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
     """The table process: answer each request in turn until told to stop, the job's end of the
     pipe closes, or a request fails (its error is the last reply)."""
-    # Ctrl-C reaches the whole process group: the job stops this process itself.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C reaches the whole process group, and a service manager's SIGTERM may too: the job
+    # stops this process itself, once the commits it sent are done (this process's own
+    # dispositions, not those of the application that forked it).
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.SIG_IGN)
     # The job's process sets the servers' pace; this one has time to spare. Where the two
     # share too few cores, the scheduler gives the job's the first turn.
     with contextlib.suppress(OSError):
