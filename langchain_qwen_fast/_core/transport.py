@@ -294,9 +294,11 @@ class Transport:
     def _trying(self, send: Send, url: str, sent_at: float) -> Iterator[None]:
         """Around one try's send: a network failure gives the replica its verdict and leaves
         as the typed error naming ``url``; anything else (a cancelled try) gives none."""
+        # TimeoutError: a try _Silence gave up (on any stack)
+        network_errors: tuple[type[BaseException], ...] = (*self.stack.network_errors, TimeoutError)
         try:
             yield
-        except (*self.stack.network_errors, TimeoutError) as exc:  # TimeoutError: _Silence's
+        except network_errors as exc:
             timed_out = isinstance(exc, (httpx.TimeoutException, TimeoutError))
             self._release(send, "silent" if timed_out else "unreachable", sent_at)
             raise self._network_error(exc, url, timed_out) from None
