@@ -3,7 +3,7 @@ server is slower than its defaults assume, and against faults of a proxy in fron
 
     python -m benchmarks.slow_server --base-url http://127.0.0.1:8000/v1 --model smollm2 \\
         --tree before=/tmp/before --tree after=. --cases decisions classifier job \\
-        --fixed before:16x2 --fixed before:128x8
+        --fixed before:decisions:16x2 --fixed before:job:200x1
 
 ``--tree NAME=PATH`` names a checkout of the package (``git worktree add /tmp/before REF``);
 each run is a fresh client process of its own with ``PYTHONPATH`` the tree, so that both are
@@ -20,7 +20,7 @@ server (its prefix cache would answer them faster):
   slowed tenfold then, with the share each got after it.
 
 Each run is done at the tree's defaults, with a fault's timeout of ``--timeout`` (``drop``,
-``stall``); ``--fixed TREE:BxC`` adds a run of the tree with ``batch_size=B`` and
+``stall``); ``--fixed TREE:CASE:BxC`` adds a run of the case by the tree with ``batch_size=B`` and
 ``max_concurrency=C`` (for the job: ``--chunk-rows B --chunks-in-flight C``), the fixed
 chunking found by hand to compare the defaults with. A row is: the items answered and failed
 (by error type), the seconds, and items a second. Writes slow-server.json.
@@ -231,9 +231,9 @@ def run(options: argparse.Namespace) -> Report:
         for name in trees:
             plans.append((name, case, {}))
         for fixed in options.fixed:
-            name, _, shape = fixed.partition(":")
+            name, fixed_case, shape = fixed.split(":")
             b, _, c = shape.partition("x")
-            if case in sizes:
+            if fixed_case == case:
                 plans.append((name, case, {"batch_size": int(b), "max_concurrency": int(c)}))
     out = Path(options.out)
     for name, case, settings in plans:
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="qwen3")
     parser.add_argument("--tree", action="append", default=[], help="NAME=PATH, a checkout of the package")
     parser.add_argument("--cases", nargs="+", choices=CASES, default=["decisions", "classifier", "job"])
-    parser.add_argument("--fixed", action="append", default=[], help="TREE:BxC, a fixed chunking run too")
+    parser.add_argument("--fixed", action="append", default=[], help="TREE:CASE:BxC, a fixed chunking run too")
     parser.add_argument("--states", type=int, default=2048)
     parser.add_argument("--texts", type=int, default=8192)
     parser.add_argument("--rows", type=int, default=2000)

@@ -254,7 +254,7 @@ class Dispatch:
         queue, replicas = self._queue, self._replicas
         while queue and self.in_flight < self._max_requests:
             unit = queue[0]
-            replica, room, limit = replicas.choose(set(unit.tried))
+            replica, room, limit = replicas.choose(unit.tried)
             item = self._items[unit.item]
             wanted = unit.stop - unit.start
             if isinstance(item, PromptBatch):

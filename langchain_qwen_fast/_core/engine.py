@@ -231,12 +231,12 @@ class Engine:
         return per_replica * self.replica_count
 
     def rows_in_flight(self) -> int:
-        """Prompts a batch needs for every request in flight to carry a full group (one prompt
-        each where the server takes one prompt a request): below it, requests go out smaller
-        or fewer, and the servers idle between them."""
-        if self.one_prompt_server:
-            return self.max_concurrency()
-        return self.max_concurrency() * MAX_BATCH_SIZE
+        """Prompts a batch needs now for every request in flight to carry a full group (one
+        prompt each where the server takes one prompt a request), as much as the servers'
+        windows hold (they follow what each server answers): below it, requests go out
+        smaller or fewer, and the servers idle between them."""
+        most = self.max_concurrency() * (1 if self.one_prompt_server else MAX_BATCH_SIZE)
+        return min(most, self._transport.replicas.window_total())
 
     def ainvoke_gate(self) -> asyncio.Semaphore:
         """The calling event loop's gate for single-input async calls: at most a batch's worth

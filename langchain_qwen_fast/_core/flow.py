@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 
 #: Prompts a window starts at: small, so that a slow server is not handed more than it can
-#: answer before it has answered anything; doubled each round trip while answers come back
-#: within the latency target.
+#: answer before it has answered anything; doubled or tripled each round trip while answers
+#: come back within the latency target.
 INITIAL_WINDOW = 64
 #: The prompts a window holds at most where nothing else bounds it: the requests a server
 #: keeps queued while the client builds and reads others (``REQUESTS_PER_WINDOW``), each of
@@ -42,7 +42,8 @@ class Window:
 
     It starts at ``INITIAL_WINDOW`` and grows while answers come back within ``target``
     seconds: by each answer's prompts at first (doubling every round trip, as TCP's slow
-    start), then by a ``REQUESTS_PER_WINDOW``-th of them once it has been cut. An answer later
+    start; by twice them, tripling, while answers take less than half the target), then by a
+    ``REQUESTS_PER_WINDOW``-th of them once it has been cut. An answer later
     than ``target`` cuts it to ``target / latency`` of itself (between ``FAILURE_CUT`` and
     ``LATE_CUT``), a failed try to ``FAILURE_CUT``, at most once a round trip: the answers to
     tries sent before a cut say nothing of the window after it. It grows only while it is
@@ -83,8 +84,10 @@ class Window:
         if latency > self.target:
             self._cut(sent_at, now, max(FAILURE_CUT, min(LATE_CUT, self.target / latency)))
         elif used:
-            grown = self.limit + (prompts if self.starting else prompts / REQUESTS_PER_WINDOW)
-            self.limit = min(float(self.ceiling), grown)
+            # Far inside the target, the server has room to spare: a starting window triples.
+            fast = latency * 2 < self.target
+            step = (2.0 if fast else 1.0) if self.starting else 1 / REQUESTS_PER_WINDOW
+            self.limit = min(float(self.ceiling), self.limit + prompts * step)
 
     def failed(self, prompts: int, sent_at: float, now: float) -> None:
         """A try of ``prompts`` sent at ``sent_at`` failed at ``now``."""

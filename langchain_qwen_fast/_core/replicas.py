@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 from langchain_qwen_fast._core.flow import DEFAULT_CEILING, LATENCY_TARGET, Window
@@ -76,13 +77,18 @@ class Replicas:
                 window.ceiling = prompts
                 window.limit = min(window.limit, float(prompts))
 
+    def window_total(self) -> int:
+        """The prompts every window together may have in flight now."""
+        with self._lock:
+            return sum(int(w.limit) for w in self.windows)
+
     def resting(self) -> list[int]:
         """The replicas resting now."""
         now = time.monotonic()
         with self._lock:
             return [k for k in range(self.count) if self._resting_until[k] > now]
 
-    def choose(self, tried: set[int]) -> tuple[int, int, int]:
+    def choose(self, tried: AbstractSet[int]) -> tuple[int, int, int]:
         """The replica the next try of a request would go to (see the class docstring), the
         prompts that may go to it now, and its window's limit; nothing is counted until
         :meth:`take`."""
@@ -111,7 +117,7 @@ class Replicas:
             self.first_tries[replica] += first
             return self.windows[replica].take(prompts)
 
-    def acquire(self, tried: set[int], prompts: int = 1) -> tuple[int, bool]:
+    def acquire(self, tried: AbstractSet[int], prompts: int = 1) -> tuple[int, bool]:
         """:meth:`choose` and :meth:`take` at once: the replica for the next try of a request,
         and what :meth:`take` said."""
         replica = self.choose(tried)[0]

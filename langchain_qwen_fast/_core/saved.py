@@ -12,8 +12,12 @@ from typing import Any
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 
 FORMAT = "langchain-qwen-fast/classifier"
-VERSION = 1
+VERSION = 2
 FILE_NAME = "classifier.json"
+#: What each earlier version's file holds that this release's configuration does not: dropped
+#: when it is read. Version 1 bounded retries by ``retry_deadline``; a call's ``deadline``
+#: (none by default) took its place.
+_DROPPED_SINCE = {1: ("retry_deadline",)}
 
 
 def _file(path: str | Path) -> Path:
@@ -38,9 +42,12 @@ def read(path: str | Path) -> dict[str, Any]:
         raise DataFileError(f"cannot read a saved classifier from {source}: {exc}") from None
     if not isinstance(saved, dict) or saved.get("format") != FORMAT:
         raise DataFileError(f"{source} is not a saved QwenClassifier (format {FORMAT!r})")
-    if saved.get("version") != VERSION:
-        raise DataFileError(f"{source} has version {saved.get('version')}; this release reads {VERSION}")
+    version = saved.get("version")
+    if version != VERSION and version not in _DROPPED_SINCE:
+        raise DataFileError(f"{source} has version {version}; this release reads {VERSION} and earlier")
     config: dict[str, Any] = saved["config"]
+    for name in _DROPPED_SINCE.get(version, ()):
+        config.pop(name, None)
     return config
 
 

@@ -112,7 +112,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--chunk-rows",
         type=int,
         help="rows per abatch call and per part (default: enough to keep every request in flight full, "
-        "from the servers and the engine's requests in flight, at least 1024)",
+        "from what the servers' windows hold as each chunk is read, at least 128)",
     )
     p.add_argument("--chunks-in-flight", type=int, help="chunks classified at once (default: %(default)s)")
     p.add_argument("--review-out", help="the review file (.csv or .jsonl)")

@@ -110,9 +110,7 @@ if TYPE_CHECKING:
 #: rows may fail alike by chance).
 SYSTEMATIC_ROWS = 10
 #: The fewest rows a chunk the job sizes itself holds: a part file and a restart's step.
-MIN_CHUNK_ROWS = 1024
-#: The rows of a job's first chunk where the job sizes its chunks.
-FIRST_CHUNK_ROWS = 128
+MIN_CHUNK_ROWS = 128
 #: Commits on their way to the table side at most: each holds its chunk's rows there.
 COMMITS_AHEAD = 4
 #: Chunks asked of the table side ahead of those being classified: the next is read while the
@@ -145,8 +143,8 @@ class ClassifyOptions:
     #: the text's column or key (else title and description)
     text_column: str = "text"
     #: rows per chunk: per engine call and per part file (None: as many as keep every request
-    #: in flight full, learnt from the engine at its set-up: its servers, requests in flight
-    #: and prompts a request; at least ``MIN_CHUNK_ROWS``)
+    #: in flight full, asked of the engine as each chunk is read: what its servers' windows
+    #: hold then, which follows what they answer; at least ``MIN_CHUNK_ROWS``)
     chunk_rows: int | None = None
     #: chunks being classified at once
     chunks_in_flight: int = 3
@@ -513,13 +511,9 @@ class _Job:
             if not await tables.any_left():  # nothing left to classify: no server needed
                 return 0
             await self._set_up()
-            size = self.options.chunk_rows or max(MIN_CHUNK_ROWS, self.answerer.rows_in_flight())
-            # A chunk the job sizes itself starts small: the servers get their first requests
-            # as soon as a few rows are read, not a whole chunk's.
-            first = size if self.options.chunk_rows else min(size, FIRST_CHUNK_ROWS)
-            reads.extend(tables.read(first if k == 0 else size) for k in range(READ_AHEAD))
+            reads.extend(tables.read(self._chunk_rows()) for _ in range(READ_AHEAD))
             while (chunk := await reads.popleft()) is not None:
-                reads.append(tables.read(size))
+                reads.append(tables.read(self._chunk_rows()))
                 pending.append((chunk, asyncio.ensure_future(self._classify(chunk))))
                 at += len(chunk)
                 while len(pending) >= self.options.chunks_in_flight:
@@ -554,6 +548,13 @@ class _Job:
                 bar.close()
             await self.answerer.aclose()
         return at - start
+
+    def _chunk_rows(self) -> int:
+        """The next chunk's rows: as many as the options say, else as the servers' windows
+        hold now (small at first, so the servers get their first requests as soon as a few
+        rows are read; larger as the windows open on fast servers; small still on slow ones,
+        so a chunk is saved, and counted, every few seconds)."""
+        return self.options.chunk_rows or max(MIN_CHUNK_ROWS, self.answerer.rows_in_flight())
 
     async def _set_up(self) -> None:
         """The engine's set-up with the server, before the first chunk (a job with nothing

@@ -32,7 +32,7 @@ from langchain_qwen_fast._core import procedure
 from langchain_qwen_fast._core.procedure import Procedure
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast._core.settings import EngineSettings
-from langchain_qwen_fast.errors import ConfigurationError
+from langchain_qwen_fast.errors import ConfigurationError, DataFileError
 from langchain_qwen_fast.testing.samples import AG_NEWS_LABELS, headlines
 from tests.support.fake_vllm import FakeVLLM, logit, raw, reset, softmax, status, timeout, toy_tokenize
 
@@ -571,6 +571,24 @@ def test_temperature_scales_scores_keeps_the_label_and_changes_abstention(fake: 
     cut = min(r.confidence for r in raw) - 1e-9
     assert not any(r.abstained for r in make(fake, abstain_below=cut).batch(texts))
     assert any(r.abstained for r in make(fake, abstain_below=cut, temperature=3.0).batch(texts))
+
+
+def test_a_file_saved_by_the_release_before_the_deadline_loads_without_its_retry_deadline(
+    fake: FakeVLLM, tmp_path: Any
+) -> None:
+    import json
+
+    path = make(fake, deadline=12.0).save(tmp_path / "c.json")
+    saved = json.loads(path.read_text())
+    assert saved["version"] == 2 and saved["config"]["deadline"] == 12.0
+    del saved["config"]["deadline"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**saved, "version": 1, "config": {**saved["config"], "retry_deadline": 60.0}}))
+    loaded = QwenClassifier.load(old, http_transport=fake.transport)
+    assert loaded.deadline is None and loaded.batch(["a headline"])[0].label in LABELS
+    old.write_text(json.dumps({**saved, "version": 3}))
+    with pytest.raises(DataFileError, match="version 3; this release reads 2 and earlier"):
+        QwenClassifier.load(old)
 
 
 def test_temperature_is_saved_and_must_be_positive(fake: FakeVLLM, tmp_path: Any) -> None:

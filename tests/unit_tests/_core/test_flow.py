@@ -29,16 +29,19 @@ def round_trip(window: Window, at: float, latency: float, requests: int = REQUES
     return at + latency
 
 
-def test_a_window_starts_small_and_doubles_each_round_trip_that_answers_in_time() -> None:
+@pytest.mark.parametrize(("latency", "factor"), [(0.1, 3), (3.0, 2)])
+def test_a_window_starts_small_and_grows_each_round_trip_that_answers_in_time(latency: float, factor: int) -> None:
+    """Answers far inside the target (under half) triple the window, others double it."""
     window = Window(DEFAULT_CEILING, target=5.0)
     assert window.limit == INITIAL_WINDOW and window.room() == INITIAL_WINDOW and window.starting
     now = 0.0
     limits = []
-    for _ in range(5):
-        now = round_trip(window, now, 0.1)
+    for _ in range(6):
+        now = round_trip(window, now, latency)
         limits.append(window.limit)
-    assert limits == [INITIAL_WINDOW * 2**k for k in range(1, 5)] + [DEFAULT_CEILING]
-    round_trip(window, now, 0.1)
+    grown = [INITIAL_WINDOW * factor**k for k in range(1, 7)]
+    assert limits == [min(g, DEFAULT_CEILING) for g in grown]
+    round_trip(window, now, latency)
     assert window.limit == DEFAULT_CEILING and window.in_flight == 0  # never past the ceiling
 
 
