@@ -20,7 +20,8 @@ server (its prefix cache would answer them faster):
   slowed tenfold then, with the share each got after it.
 
 Each run is done at the tree's defaults, with a fault's timeout of ``--timeout`` (``drop``,
-``stall``); ``--fixed TREE:CASE:BxC`` adds a run of the case by the tree with ``batch_size=B`` and
+``stall``) and what ``--set TREE:CASE:NAME=VALUE`` sets (``--set after:silent:deadline=10``);
+``--fixed TREE:CASE:BxC`` adds a run of the case by the tree with ``batch_size=B`` and
 ``max_concurrency=C`` (for the job: ``--chunk-rows B --chunks-in-flight C``), the fixed
 chunking found by hand to compare the defaults with. A row is: the items answered and failed
 (by error type), the seconds, and items a second. Writes slow-server.json.
@@ -193,25 +194,21 @@ def _faulted(tree: str, case: str, spec: dict[str, Any], options: argparse.Names
     with FaultProxy(root) as proxy, FaultProxy(root) as other:
         urls = [proxy.base_url, other.base_url] if case == "replica" else [proxy.base_url]
         spec = {**spec, "url": urls if len(urls) > 1 else urls[0]}
-        if case in ("drop", "stall", "replica"):  # so that the batch is still out when the fault comes
-            for p in (proxy, other):
-                p.pace(options.pace)
+        # paced, so that the batch is still out when the fault comes (its set-up done before)
+        for p in (proxy, other):
+            p.pace(options.pace)
         result: dict[str, Any] = {}
         runner = threading.Thread(target=lambda: result.update(_run_client(tree, spec)))
         runner.start()
-        seen: tuple[int, int] = (0, 0)
-        if case == "silent":
-            proxy.standing(Fault.stall(3600))
-        else:
-            while runner.is_alive() and _prompts(proxy) + _prompts(other) < spec["items"] // 3:
-                time.sleep(0.05)
-            seen = (_prompts(proxy), _prompts(other))
-            if case == "drop":
-                proxy.pace(options.pace / 10)
-            elif case == "stall":
-                proxy.standing(Fault.stall(3600), seconds=options.stall)
-            elif case == "replica":
-                other.pace(options.pace / 10)
+        while runner.is_alive() and _prompts(proxy) + _prompts(other) < spec["items"] // 3:
+            time.sleep(0.05)
+        seen = (_prompts(proxy), _prompts(other))
+        if case == "drop":
+            proxy.pace(options.pace / 10)
+        elif case in ("stall", "silent"):
+            proxy.standing(Fault.stall(3600), seconds=options.stall if case == "stall" else 3600)
+        elif case == "replica":
+            other.pace(options.pace / 10)
         runner.join()
         counts: dict[str, Any] = {
             "prompts": _prompts(proxy) + _prompts(other),
@@ -240,8 +237,9 @@ def run(options: argparse.Namespace) -> Report:
         tree = trees[name]
         items = sizes.get(case, options.fault_texts)
         fault_settings = {"timeout": options.timeout} if case in ("drop", "stall") else {}
+        given = {k: v for t, c, k, v in options.set if t == name and c == case}
         spec = {"case": case, "url": options.base_url, "model": options.model, "items": items,
-                "settings": {**fault_settings, **settings}}  # fmt: skip
+                "settings": {**fault_settings, **given, **settings}}  # fmt: skip
         if case == "job":
             outcome = _job(tree, options.base_url, options.model, items, settings)
         elif case in sizes:
@@ -261,6 +259,16 @@ def run(options: argparse.Namespace) -> Report:
     return report
 
 
+def _setting(text: str) -> tuple[str, str, str, Any]:
+    """``TREE:CASE:NAME=VALUE`` as its parts, the value read as JSON where it is."""
+    tree, case, pair = text.split(":", 2)
+    name, _, value = pair.partition("=")
+    try:
+        return tree, case, name, json.loads(value)
+    except ValueError:
+        return tree, case, name, value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", help="the server (the slow one for decisions, classifier, job)")
@@ -268,6 +276,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tree", action="append", default=[], help="NAME=PATH, a checkout of the package")
     parser.add_argument("--cases", nargs="+", choices=CASES, default=["decisions", "classifier", "job"])
     parser.add_argument("--fixed", action="append", default=[], help="TREE:CASE:BxC, a fixed chunking run too")
+    parser.add_argument(
+        "--set", action="append", default=[], type=_setting, help="TREE:CASE:NAME=VALUE, a setting of the runs"
+    )
     parser.add_argument("--states", type=int, default=2048)
     parser.add_argument("--texts", type=int, default=8192)
     parser.add_argument("--rows", type=int, default=2000)

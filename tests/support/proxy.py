@@ -7,8 +7,9 @@ rewrite of the server's real reply. Requests with no fault queued go to the real
 
 :meth:`FaultProxy.pace` makes the server behind it answer a given number of prompts a second,
 one request after another in the order they came (a server of that capacity with a queue),
-and changes it mid-batch; a client that hangs up on a request, waiting or stalled, is counted
-(``hung_up``) and its request leaves the queue, as vLLM aborts a request whose client left.
+and changes it mid-batch; a standing stall then holds what it has queued too. A client that
+hangs up on a request, waiting or stalled, is counted (``hung_up``) and its request leaves the
+queue, as vLLM aborts a request whose client left.
 """
 
 from __future__ import annotations
@@ -78,9 +79,9 @@ class _Pace:
         self._left: set[int] = set()
         self._turn = threading.Condition()
 
-    def serve(self, prompts: int, hung_up: Callable[[], bool]) -> bool:
-        """Hold the caller for its request's turn and service time; False if its client hung
-        up meanwhile."""
+    def serve(self, prompts: int, hung_up: Callable[[], bool], stalled: Callable[[], bool]) -> bool:
+        """Hold the caller for its request's turn and service time (which does not pass while
+        ``stalled()``); False if its client hung up meanwhile."""
         with self._turn:
             ticket, self._tickets = self._tickets, self._tickets + 1
         try:
@@ -94,7 +95,8 @@ class _Pace:
             left = float(prompts)
             while left > 0:
                 time.sleep(self.STEP)
-                left -= (self.rate or float("inf")) * self.STEP
+                if not stalled():
+                    left -= (self.rate or float("inf")) * self.STEP
                 if hung_up():
                     return False
             return True
@@ -177,6 +179,12 @@ class FaultProxy:
         """Answer at most ``prompts_per_second`` prompts a second from now on, requests served
         one after another in the order they came (None: as fast as the server does)."""
         self._pace.rate = prompts_per_second
+
+    def _stalled(self) -> bool:
+        """Whether a standing stall holds the server now: a paced server answers nothing then,
+        what it holds included."""
+        standing = self._standing_fault()
+        return standing is not None and standing.kind == "stall"
 
     def pending_faults(self) -> int:
         with self._lock:
@@ -277,7 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.proxy._pace.rate is not None and fault is None and isinstance(body, dict) and "prompt" in body:
             prompt = body["prompt"]
             listed = isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], int)
-            return self.proxy._pace.serve(len(prompt) if listed else 1, self._hung_up)
+            return self.proxy._pace.serve(len(prompt) if listed else 1, self._hung_up, self.proxy._stalled)
         return True
 
     def _leave(self) -> None:
