@@ -15,13 +15,17 @@ async, so both follow the same rules:
   full jitter (or the server's ``Retry-After``), at most ``RetryPolicy.max_attempts`` tries in
   all, each paid from the transport's retry budget. A try given up was closed by the driver, so
   the server no longer works on what is sent again.
-* **The deadline.** At a call's :class:`Deadline`, what is not answered gets
+* **When to stop.** At a call's :class:`Deadline`, what is not answered gets
   :class:`~langchain_qwen_fast.errors.ServerTimeoutError` in its place; no retry waits past it.
+  So it does, deadline or not, once the servers have answered nothing at all (to this call or
+  any other) for ``stall_limit`` seconds: a server that makes no progress fails the call whole,
+  rather than each item after its own tries.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import threading
 import time
@@ -206,7 +210,7 @@ class Send:
 class Dispatch:
     """The tries of one call's ``items`` (see the module docstring). ``max_requests``: the
     most tries in flight at once; ``max_attempts``: tries of an item in all; ``budget``: what
-    pays for the retries."""
+    pays for the retries; ``stall_limit``: the seconds of the servers' silence that stop it."""
 
     def __init__(
         self,
@@ -216,6 +220,7 @@ class Dispatch:
         max_attempts: int,
         budget: RetryBudget,
         deadline: Deadline | None = None,
+        stall_limit: float = math.inf,
     ) -> None:
         self._items = items
         self._replicas = replicas
@@ -226,6 +231,8 @@ class Dispatch:
         self._max_attempts = max_attempts
         self._budget = budget
         self.deadline = deadline
+        self._stall_limit = stall_limit
+        self._started = time.monotonic()
         self._results: list[Any] = [None] * len(items)
         self._shares: list[int] = [0] * len(items)
         self._queue: deque[Unit] = deque()
@@ -299,23 +306,33 @@ class Dispatch:
                 return
         self._keep(unit, outcome)
 
+    def _quiet_since(self) -> float:
+        """Since when the servers have answered nothing (this call's start at the earliest)."""
+        return max(self._started, self._replicas.last_progress())
+
     def wake_in(self, now: float) -> float | None:
-        """Seconds until a retry may go or the deadline passes, whichever is first (None:
+        """Seconds until a retry may go or the call must stop, whichever is first (None:
         neither is due; only an answer changes anything)."""
         due = [self._waiting[0].ready_at] if self._waiting else []
         if self.deadline is not None:
             due.append(self.deadline.at)
+        if self._stall_limit < math.inf:
+            due.append(self._quiet_since() + self._stall_limit)
         return max(0.0, min(due) - now) if due else None
 
-    def past_deadline(self, now: float) -> bool:
-        """Whether the call's deadline has passed."""
-        return self.deadline is not None and now >= self.deadline.at
+    def stopped(self, now: float) -> ServerTimeoutError | None:
+        """Why the call stops now, if it must: its deadline passed, or its servers answered
+        nothing for ``stall_limit`` seconds."""
+        if self.deadline is not None and now >= self.deadline.at:
+            return self.deadline.error()
+        quiet = now - self._quiet_since()
+        if quiet >= self._stall_limit:
+            return ServerTimeoutError(f"the servers answered nothing at all for {quiet:.3g} s")
+        return None
 
-    def expire(self, out: Sequence[Send]) -> None:
-        """The deadline passed: every item not answered gets its error, the tries ``out``
-        included (the driver closes them; what they end with is no longer read)."""
-        assert self.deadline is not None
-        error = self.deadline.error()
+    def expire(self, out: Sequence[Send], error: ServerTimeoutError) -> None:
+        """The call stops (:meth:`stopped`): every item not answered gets ``error``, the tries
+        ``out`` included (the driver closes them; what they end with is no longer read)."""
         for send in out:
             if not send.expired:
                 send.expired = True

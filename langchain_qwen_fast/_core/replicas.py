@@ -77,6 +77,10 @@ class Replicas:
                 window.ceiling = prompts
                 window.limit = min(window.limit, float(prompts))
 
+    def last_progress(self) -> float:
+        """When any replica last answered anything (``time.monotonic()``)."""
+        return max(self.last_answer)
+
     def window_total(self) -> int:
         """The prompts every window together may have in flight now."""
         with self._lock:

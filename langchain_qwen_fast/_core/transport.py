@@ -391,7 +391,11 @@ class Transport:
     def _dispatch(
         self, calls: Sequence[Call | PromptBatch], max_concurrency: int, deadline: Deadline | None
     ) -> Dispatch:
-        return Dispatch(calls, self.replicas, max_concurrency, self.retry.max_attempts, self.budget, deadline)
+        # A server silent for as long as a request's every try would wait fails the call whole.
+        stall_limit = self.timeout * self.retry.max_attempts
+        return Dispatch(
+            calls, self.replicas, max_concurrency, self.retry.max_attempts, self.budget, deadline, stall_limit
+        )
 
     async def _arequest_all(
         self, calls: Sequence[Call | PromptBatch], max_concurrency: int, deadline: Deadline | None
@@ -433,8 +437,9 @@ class Transport:
                 if dispatch.finished():
                     return dispatch.results()
                 now = time.monotonic()
-                if dispatch.past_deadline(now):
-                    dispatch.expire(list(out.values()))
+                stopped = dispatch.stopped(now)
+                if stopped is not None:
+                    dispatch.expire(list(out.values()), stopped)
                     for task in out:
                         task.cancel()
                     out.clear()
@@ -457,26 +462,27 @@ class Transport:
         """A dispatch of one call, its tries awaited in place (no task to start)."""
         while not dispatch.finished():
             for send in dispatch.sends(time.monotonic()):
+                deadline = dispatch.deadline
                 try:
-                    if dispatch.deadline is None:
+                    if deadline is None:
                         outcome = await self._asend(send)
                     else:
-                        async with asyncio.timeout(max(0.0, dispatch.deadline.at - time.monotonic())):
+                        async with asyncio.timeout(max(0.0, deadline.at - time.monotonic())):
                             outcome = await self._asend(send)
-                except TimeoutError as exc:  # the deadline's (the silence's is a ServerTimeoutError)
-                    if not dispatch.past_deadline(time.monotonic()):
-                        outcome = exc
-                    else:
-                        dispatch.expire([send])
-                        continue
-                except Exception as exc:
+                except Exception as exc:  # a TimeoutError is the deadline's (the silence's is typed)
                     outcome = exc
-                dispatch.done(send, outcome, time.monotonic())
-            wait = dispatch.wake_in(time.monotonic())
+                stopped = dispatch.stopped(time.monotonic())
+                if stopped is not None and type(outcome) is TimeoutError:  # the deadline's, untyped
+                    dispatch.expire([send], stopped)
+                else:
+                    dispatch.done(send, outcome, time.monotonic())
+            now = time.monotonic()
+            stopped = dispatch.stopped(now)
+            if stopped is not None and not dispatch.finished():
+                dispatch.expire([], stopped)
+            wait = dispatch.wake_in(now)
             if wait and not dispatch.finished():
                 await asyncio.sleep(wait)
-            if dispatch.past_deadline(time.monotonic()) and not dispatch.finished():
-                dispatch.expire([])
         return dispatch.results()
 
     def _request_all_on_threads(
@@ -510,8 +516,9 @@ class Transport:
                 if dispatch.finished():
                     return dispatch.results()
                 now = time.monotonic()
-                if dispatch.past_deadline(now):
-                    dispatch.expire(list(out))
+                stopped = dispatch.stopped(now)
+                if stopped is not None:
+                    dispatch.expire(list(out), stopped)
                     continue
                 try:
                     send, result = ended.get(timeout=dispatch.wake_in(now))

@@ -95,6 +95,23 @@ async def test_a_server_that_never_answers_fails_every_item_in_place_by_the_dead
         classifier.invoke("a text")
 
 
+async def test_without_a_deadline_a_silent_server_fails_the_batch_whole_once_every_try_would_have_waited(
+    proxy: FaultProxy,
+) -> None:
+    """Not a try at a time (a window's worth of tries, each waiting out its timeout, again and
+    again): once the server has answered nothing for as long as a request's every try waits
+    (``timeout`` x tries), every item left gets its error at once."""
+    classifier = make(proxy.base_url, timeout=1, max_retries=1)
+    await classifier.aprepare()
+    proxy.standing(Fault.stall(3600))
+    start = time.monotonic()
+    results = await classifier.abatch(texts(400, "stalled"), return_exceptions=True)
+    took = time.monotonic() - start
+    assert all(isinstance(r, ServerTimeoutError) for r in results)
+    assert any("answered nothing at all" in str(r) for r in results)
+    assert took < 4  # two timeouts and a backoff, not a round of them a window's worth at a time
+
+
 async def test_a_replica_that_slows_down_loses_its_share_to_the_other(
     proxy: FaultProxy, second_proxy: FaultProxy
 ) -> None:

@@ -141,8 +141,10 @@ def test_at_the_deadline_every_item_left_gets_its_error_and_no_retry_waits_past_
     out = d.sends(0.0)
     assert len(out) == 2 and d.wake_in(3.0) == pytest.approx(7.0)
     answer(d, replicas, out[0], ServerStatusError("down", status_code=503, retry_after=30), 3.0)
-    assert not d.past_deadline(9.9) and d.past_deadline(10.0)
-    d.expire(out[1:])
+    assert d.stopped(9.9) is None
+    stopped = d.stopped(10.0)
+    assert stopped is not None
+    d.expire(out[1:], stopped)
     d.done(out[1], "too late", 11.0)  # what a closed try ends with is no longer read
     assert d.finished()
     pieces, models = d.results()
@@ -152,6 +154,21 @@ def test_at_the_deadline_every_item_left_gets_its_error_and_no_retry_waits_past_
     assert (first.start, first.stop) == (0, out[0].prompts) and first.result.status_code == 503
     assert sum(p.stop - p.start for p in pieces) == 200
     assert rest and all(isinstance(p.result, ServerTimeoutError) for p in rest)
+
+
+def test_servers_that_answer_nothing_for_the_stall_limit_stop_the_call_whole() -> None:
+    replicas = Replicas(2)
+    d = dispatch([batch(100), ("GET", "models", None)], replicas, stall_limit=60.0)
+    out = d.sends(time.monotonic())
+    now = time.monotonic()
+    assert d.stopped(now + 59) is None and d.wake_in(now) == pytest.approx(60, abs=0.5)
+    answer(d, replicas, out[0], "reply", now)  # an answer: the silence starts again
+    answered = replicas.last_progress()
+    assert d.stopped(answered + 59) is None
+    stopped = d.stopped(answered + 61)
+    assert stopped is not None and "answered nothing at all for 61 s" in str(stopped)
+    d.expire(out[1:], stopped)
+    assert d.finished()
 
 
 def test_plain_calls_count_a_prompt_each_and_max_requests_bounds_them() -> None:
