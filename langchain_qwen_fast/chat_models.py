@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import openai
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -21,7 +21,6 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils import secret_from_env
 from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, model_validator
-from typing_extensions import Self
 
 from langchain_qwen_fast._core import vllm_api
 from langchain_qwen_fast._core.base_urls import DEFAULT_BASE_URL

@@ -6,13 +6,12 @@ import copy
 import pickle
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from langchain_core.example_selectors import BaseExampleSelector
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
-from typing_extensions import Self
 
 from langchain_qwen_fast._core import saved
 from langchain_qwen_fast._core.engine import BatchSlice, Engine, arun_slices, run_slices

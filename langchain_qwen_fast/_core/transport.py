@@ -537,7 +537,7 @@ class Transport:
         async def answers(base: str) -> bool:
             try:
                 reply = await asyncio.wait_for(self.httpx.asend("GET", _url(base, path), None), timeout)
-            except (httpx.HTTPError, asyncio.TimeoutError):
+            except (TimeoutError, httpx.HTTPError):
                 return False
             return reply[0] == 200
 

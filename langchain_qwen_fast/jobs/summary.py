@@ -23,7 +23,7 @@ from langchain_qwen_fast.jobs.columns import ClassifiedColumns
 from langchain_qwen_fast.jobs.parts import atomic_write
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 #: The histogram's bins: this many equal steps of confidence from 0 to 1.
 BINS = 20

@@ -502,7 +502,7 @@ async def _within_timeout(answer: Awaitable[httpx.Response], request: httpx.Requ
     :func:`_read_timeout`): the classifier then sees the timeout it sees from a server."""
     try:
         return await asyncio.wait_for(answer, _read_timeout(request))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise httpx.ReadTimeout(
             "no answer from the in-process vLLM engine within the timeout", request=request
         ) from None

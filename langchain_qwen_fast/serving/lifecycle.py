@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from langchain_qwen_fast.serving.process_group import http_base, stop_group, wait_until_answering
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 #: Seconds a server interrupted during its start-up gets to exit before it is killed: it has
 #: served nothing, so there is nothing to finish.

@@ -305,7 +305,7 @@ class MicroBatcher:
             arrived.clear()
             try:
                 await asyncio.wait_for(arrived.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._fill(spans, size)
                 return
 

@@ -61,7 +61,7 @@ class Readiness:
         try:
             # Shielded: a probe that gives up leaves the check (and the set-up) to go on.
             state = await asyncio.wait_for(asyncio.shield(self._check_task), self._timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             state = ReadyState(False, f"the vLLM server did not answer within {self._timeout:g} s", 0)
         self._known = (loop.time(), state)
         return state
