@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from langchain_qwen_fast.errors import ConfigurationError, MissingDependencyError
+
+_log = logging.getLogger("langchain_qwen_fast")
 
 #: Texts the fast encoder must tokenise exactly as ``tokenizers`` does before it is used: the
 #: pre-tokeniser's every branch (contractions, letters after a symbol, digits, symbol runs,
@@ -112,29 +115,42 @@ def _loaded(file: str, size: int, mtime_ns: int) -> Any:
 
 def fast_tokenizer(tokenizer: Any, file: Path) -> Any:
     """``tokenizer`` (loaded from ``file``), encoding with tiktoken where ``file`` describes a
-    tokenizer tiktoken reproduces and the two agree on the check texts; else ``tokenizer``."""
+    tokenizer tiktoken reproduces and the two agree on the check texts; else ``tokenizer``.
+    The choice is logged (at INFO), with the reason where the fast encoder is not used."""
+    fast = _tiktoken_tokenizer(tokenizer, file)
+    if isinstance(fast, str):
+        _log.info("tokenizer %s: encoding with tokenizers, not tiktoken: %s", file, fast)
+        return tokenizer
+    _log.info("tokenizer %s: encoding with tiktoken (same ids as tokenizers on the check texts)", file)
+    return fast
+
+
+def _tiktoken_tokenizer(tokenizer: Any, file: Path) -> TiktokenTokenizer | str:
+    """The tiktoken encoder of :func:`fast_tokenizer`, or why there is none."""
     try:
         import tiktoken
     except ImportError:
-        return tokenizer
+        return "tiktoken is not installed"
     try:
         spec = json.loads(file.read_text(encoding="utf-8"))
         parts = _tiktoken_parts(spec)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return tokenizer
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"cannot read its description ({type(exc).__name__}: {exc})"
     if parts is None:
-        return tokenizer
+        return "its model, normaliser, pre-tokeniser or added tokens are of a kind tiktoken does not reproduce"
     pattern, ranks, special, nfc = parts
     try:
         encoding = tiktoken.Encoding(
             f"langchain-qwen-fast:{file}", pat_str=pattern, mergeable_ranks=ranks, special_tokens=special
         )
-    except Exception:  # a pattern or vocabulary tiktoken refuses
-        return tokenizer
+    except Exception as exc:  # a pattern or vocabulary tiktoken refuses
+        return f"tiktoken refuses its pattern or vocabulary ({exc})"
     fast = TiktokenTokenizer(tokenizer, encoding, nfc)
     checks = [*_CHECK_TEXTS, *(f"a{token}b {token}\n{token}" for token in special)]
     expected = [e.ids for e in tokenizer.encode_batch(checks, add_special_tokens=False)]
-    return fast if [fast.encode_ids(t) for t in checks] == expected else tokenizer
+    if [fast.encode_ids(t) for t in checks] != expected:
+        return "tiktoken's ids differ from tokenizers' on the check texts"
+    return fast
 
 
 def _tiktoken_parts(spec: dict[str, Any]) -> tuple[str, dict[bytes, int], dict[str, int], bool] | None:

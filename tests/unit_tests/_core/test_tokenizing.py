@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,23 @@ def test_a_missing_or_broken_tokenizer_file_is_an_error_naming_it(tmp_path: Path
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(ConfigurationError, match="cannot load"):
         load_tokenizer(tmp_path)
+
+
+def test_the_encoder_chosen_is_logged_once_with_the_reason_when_not_tiktoken(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fast_dir, slow_dir = tmp_path / "fast", tmp_path / "slow"
+    fast_dir.mkdir()
+    slow_dir.mkdir()
+    _written(fast_dir)
+    _written(slow_dir, {"model.byte_fallback": True})
+    with caplog.at_level(logging.DEBUG, logger="langchain_qwen_fast"):
+        for _ in range(2):  # loaded twice: chosen, and logged, once
+            load_tokenizer(fast_dir)
+            load_tokenizer(slow_dir)
+    chosen = [r.getMessage() for r in caplog.records if "tokenizer.json" in r.getMessage()]
+    assert len(chosen) == 2, chosen
+    fast_line, slow_line = sorted(chosen, key=lambda line: str(slow_dir) in line)
+    assert str(fast_dir) in fast_line and "tiktoken" in fast_line and "not tiktoken" not in fast_line
+    assert str(slow_dir) in slow_line and "not tiktoken" in slow_line
+    assert "does not reproduce" in slow_line  # the reason
