@@ -1,7 +1,8 @@
 """Typed errors, and the one rule that says whose failure each one is.
 
 Every error this package raises is a :class:`QwenFastError` defined here. None ever carries
-the API key. The tree::
+the API key. (:class:`CarriedError`, also here, is never raised: a row's error as a job's
+other process receives it.) The tree::
 
     QwenFastError
     ├── InvalidInputError (ValueError)        the item's own: empty, not text, too long, ...
@@ -224,6 +225,19 @@ class RecordedError(QwenFastError):
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.kind = text.split(":", 1)[0]
+
+
+class CarriedError(Exception):
+    """A row's error as another process of the job gets it: its kind (:attr:`kind`, as the
+    counts name it) and how its ``error`` column reads (:attr:`text`), whatever its type."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(kind, text)
+        self.kind = kind
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
 
 
 class JobStopped(QwenFastError):

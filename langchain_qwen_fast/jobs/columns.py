@@ -20,6 +20,7 @@ from operator import attrgetter
 from typing import Any, cast
 
 from langchain_qwen_fast.classification import Classification
+from langchain_qwen_fast.errors import CarriedError
 
 #: The prefix of each label's probability column.
 PROBABILITY_PREFIX = "p_"
@@ -34,19 +35,6 @@ def added_columns(labels: Sequence[str], multi_label: bool) -> list[str]:
     """The columns a job adds to each row, in order."""
     chosen = ["label", "labels"] if multi_label else ["label"]
     return [*chosen, *map(probability_column, labels), "abstained", "error"]
-
-
-class CarriedError(Exception):
-    """A row's error as another process of the job gets it: its kind (:attr:`kind`, as the
-    counts name it) and how its ``error`` column reads (:attr:`text`), whatever its type."""
-
-    def __init__(self, kind: str, text: str) -> None:
-        super().__init__(kind, text)
-        self.kind = kind
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
 
 
 def error_text(error: BaseException) -> str:

@@ -52,8 +52,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from langchain_qwen_fast.classification import Classification
-from langchain_qwen_fast.errors import DataFileError
-from langchain_qwen_fast.jobs.columns import CarriedError, ClassifiedColumns, ClassifiedRow, error_text
+from langchain_qwen_fast.errors import CarriedError, DataFileError
+from langchain_qwen_fast.jobs.columns import ClassifiedColumns, ClassifiedRow, error_text
 from langchain_qwen_fast.jobs.summary import error_kind
 from langchain_qwen_fast.jobs.tables import InputRow
 

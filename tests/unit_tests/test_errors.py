@@ -228,5 +228,8 @@ def not_at_module_level():
 
 
 def test_every_error_class_is_a_qwen_fast_error() -> None:
+    # CarriedError is never raised (the raise check above would refuse it): it only stands for
+    # a row's error of any type as the other process of a job receives it.
     classes = [v for v in vars(errors).values() if inspect.isclass(v) and issubclass(v, BaseException)]
-    assert classes and all(issubclass(cls, QwenFastError) for cls in classes)
+    raised = [cls for cls in classes if cls is not errors.CarriedError]
+    assert raised and all(issubclass(cls, QwenFastError) for cls in raised)

@@ -18,11 +18,10 @@ import orjson
 import pytest
 
 from langchain_qwen_fast.classification import Classification
-from langchain_qwen_fast.errors import DataFileError, InvalidInputError
+from langchain_qwen_fast.errors import CarriedError, DataFileError, InvalidInputError
 from langchain_qwen_fast.jobs import job as job_module
 from langchain_qwen_fast.jobs import table_side
 from langchain_qwen_fast.jobs.columns import (
-    CarriedError,
     ClassifiedColumns,
     classified_table,
     error_text,
