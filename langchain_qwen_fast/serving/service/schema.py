@@ -356,7 +356,11 @@ def decisions_request_model(options: ServiceOptions) -> type[BaseModel]:
         """One of the choices: answered with each one's probability."""
 
         type: Literal["choice"]
-        choices: list[Choice] = Field(min_length=2, max_length=options.max_choices)
+        # uniqueItems: identical choices are refused (their values repeat); choices whose values
+        # repeat under different descriptions, a rule no schema keyword states, in words (422).
+        choices: list[Choice] = Field(
+            min_length=2, max_length=options.max_choices, json_schema_extra={"uniqueItems": True}
+        )
 
     class Level(BaseModel):
         label: Text

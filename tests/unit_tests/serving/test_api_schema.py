@@ -153,3 +153,17 @@ def test_the_document_names_the_key_metrics_format_and_labels_as_served() -> Non
         assert list(metrics["responses"]["200"]["content"]) == ["text/plain"]
         label = document["components"]["schemas"]["Classification"]["properties"]["labels"]["items"]
         assert label["enum"] == list(AG_NEWS_LABELS)
+
+
+def test_the_document_refuses_a_choice_question_whose_choices_repeat() -> None:
+    """Two identical choices repeat a value, which the service answers 422: the document says
+    so with ``uniqueItems``, so a client (or a fuzzer) that keeps to it never sends them."""
+    document = schema.raw_schema
+    choices = document["components"]["schemas"]["ChoiceQuestion"]["properties"]["choices"]
+    assert choices["uniqueItems"] is True
+    request = {"$ref": "#/components/schemas/DecisionsRequest", "components": document["components"]}
+    validator = jsonschema_rs.validator_for(request)
+    question = {"type": "choice", "instructions": "Which?"}
+    repeated = {**DECISION, "questions": [{**question, "choices": [{"value": "a"}, {"value": "a"}]}]}
+    distinct = {**DECISION, "questions": [{**question, "choices": [{"value": "a"}, {"value": True}]}]}
+    assert not validator.is_valid(repeated) and validator.is_valid(distinct)
