@@ -215,11 +215,6 @@ class DecisionPlan(ClassifierPlan):
             yield part, answers[start : start + len(part.steps)]
             start += len(part.steps)
 
-    def with_capabilities(self, **changes: Any) -> DecisionPlan:
-        """This plan, and each question's, with ``changes`` (what the set-up learnt)."""
-        parts = tuple(dataclasses.replace(p, **changes) for p in self.parts)
-        return dataclasses.replace(self, parts=parts, **changes)
-
 
 @dataclass(frozen=True)
 class Answered:

@@ -87,17 +87,6 @@ class ClientProcesses:
     def __repr__(self) -> str:  # the factory holds the settings, and with them the API key: never shown
         return f"ClientProcesses(processes={self.processes}, started={self._pool is not None})"
 
-    @property
-    def broken(self) -> bool:
-        """Whether the running pool has seen one of its workers die: its next batch starts a
-        fresh pool. False while no pool runs (before the first batch, after :meth:`close`).
-        Read-only; a worker's death is noticed by the pool's own manager thread, a moment
-        after the process ends."""
-        pool = self._pool
-        # ProcessPoolExecutor marks itself broken in its manager thread but has no public flag
-        # for it; submitting a probe would start workers, which a read must never do.
-        return pool is not None and bool(getattr(pool, "_broken", False))
-
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_qwen_fast._extras import require_extra
-from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, ResponseFormatError, is_input_error
 from langchain_qwen_fast.jobs.answerers import (
     LabelAnswerer,
@@ -317,15 +316,11 @@ def texts_of(table: Any, source: TextSource) -> list[Any]:
     return values
 
 
-async def classify_rows(classifier: QwenClassifier, values: Sequence[Any]) -> list[Classification | BaseException]:
-    """Each value's classification or its own error, in order. Values that are already an
-    error keep it without a request. An error that is not the row's own (the servers', the
-    way to them) is raised: the batch is tried again, not written with it."""
-    return await answer_rows(LabelAnswerer(classifier), values)
-
-
 async def answer_rows(answerer: RowAnswerer, values: Sequence[Any]) -> list[Any]:
-    """:func:`classify_rows` for any answerer: a classifier's, or a stage's questions."""
+    """Each value's answer (a classifier's, or a stage's questions') or its own error, in
+    order. Values that are already an error keep it without a request. An error that is not
+    the row's own (the servers', the way to them) is raised: the batch is tried again, not
+    written with it."""
     results: list[Any] = [None] * len(values)
     readable = []
     for i, value in enumerate(values):
