@@ -29,7 +29,6 @@ from langchain_qwen_fast import (
     ServerTimeoutError,
 )
 from langchain_qwen_fast._core import procedure
-from langchain_qwen_fast._core.procedure import Procedure
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast._core.settings import EngineSettings
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
@@ -178,44 +177,63 @@ def test_batch_groups_prompts_per_request(fake: FakeVLLM) -> None:
     assert sorted(len(r.body["prompt"]) for r in grouped) == [50, 50, 50, 50]
 
 
+#: Marks the texts after the first slice of a batch, in the requests that carry them.
+LATER = "zqx-later-slice"
+
+
 @pytest.mark.parametrize("labels", [LABELS, ["Sci/Tech", "Sci-Fi", "Sci", "Sports"]], ids=["one step", "steps"])
-async def test_predictions_and_results_are_made_as_the_replies_arrive(
-    fake: FakeVLLM, monkeypatch: pytest.MonkeyPatch, labels: list[str]
-) -> None:
-    """Under a one-step plan each text's prediction is made when its request's reply is read,
-    and its result in the first block of results due after it, so little of the batch's own
-    work is left for after the last reply (when the servers idle); a text asked in several
-    steps waits for all of them. One request at a time, so the completions answered when
-    each is made show where it was made."""
-    classifier = make(fake, labels=labels, batch_size=16, max_concurrency=1)
-    plan = classifier.prepare()
-    texts = headlines(64)
-    want = [r.label for r in make(FakeVLLM(), labels=labels).batch(texts)]
-    predicted_after: list[int] = []
-    made_after: list[int] = []
-    prediction, made = procedure._prediction, Procedure._made
+def test_batch_as_completed_yields_the_first_slice_while_later_ones_wait(labels: list[str]) -> None:
+    """The server holds every request of the later slices until the caller has the first
+    slice's results: ``batch_as_completed`` gives them (right) while the rest are still out,
+    as it would not if it waited for the whole batch (under several steps a text waits for all
+    of its own requests)."""
+    import threading
 
-    def counted_prediction(*args: Any) -> Any:
-        predicted_after.append(len(fake.calls("/v1/completions")) - before)
-        return prediction(*args)
+    texts = [*headlines(16), *(f"{h} {LATER}" for h in headlines(48))]
+    want = make(FakeVLLM(), labels=labels).batch(texts)
+    fake = FakeVLLM()
+    first_landed = threading.Event()
+    in_time: list[bool] = []
 
-    def counted_made(self: Procedure, *args: Any) -> Any:
-        made_after.append(len(fake.calls("/v1/completions")) - before)
-        return made(self, *args)
+    def holding_later(request: httpx.Request) -> httpx.Response:
+        if LATER.encode() in request.content:
+            in_time.append(first_landed.wait(5))
+        return fake(request)
 
-    monkeypatch.setattr(procedure, "_prediction", counted_prediction)
-    monkeypatch.setattr(Procedure, "_made", counted_made)
-    monkeypatch.setattr(procedure, "_RESULTS_PER_BLOCK", 32)
-    before = len(fake.calls("/v1/completions"))
-    results = await classifier.abatch(texts)
-    sent = len(fake.calls("/v1/completions")) - before
-    assert [r.label for r in results] == want
-    assert len(predicted_after) == len(made_after) == len(texts)
-    if len(plan.steps) == 1:
-        assert sent == 4 and predicted_after == [1] * 16 + [2] * 16 + [3] * 16 + [4] * 16
-        assert made_after == [2] * 32 + [4] * 32  # a block each 32 predictions
-    else:
-        assert set(predicted_after) == set(made_after) == {sent}
+    classifier = make(fake, labels=labels, batch_size=16, http_transport=httpx.MockTransport(holding_later))
+    got: dict[int, Any] = {}
+    for index, result in classifier.batch_as_completed(texts):
+        got[index] = result
+        first_landed.set()
+    assert [got[i] for i in range(len(texts))] == want
+    assert in_time and all(in_time)
+
+
+@pytest.mark.parametrize("labels", [LABELS, ["Sci/Tech", "Sci-Fi", "Sci", "Sports"]], ids=["one step", "steps"])
+async def test_abatch_as_completed_yields_the_first_slice_while_later_ones_wait(labels: list[str]) -> None:
+    """:func:`test_batch_as_completed_yields_the_first_slice_while_later_ones_wait`, async."""
+    texts = [*headlines(16), *(f"{h} {LATER}" for h in headlines(48))]
+    want = make(FakeVLLM(), labels=labels).batch(texts)
+    fake = FakeVLLM()
+    first_landed = asyncio.Event()
+    in_time: list[bool] = []
+
+    async def holding_later(request: httpx.Request) -> httpx.Response:
+        if LATER.encode() in request.content:
+            try:
+                await asyncio.wait_for(first_landed.wait(), 5)
+                in_time.append(True)
+            except TimeoutError:
+                in_time.append(False)
+        return await fake.transport.handle_async_request(request)
+
+    classifier = make(fake, labels=labels, batch_size=16, http_transport=httpx.MockTransport(holding_later))
+    got: dict[int, Any] = {}
+    async for index, result in classifier.abatch_as_completed(texts):
+        got[index] = result
+        first_landed.set()
+    assert [got[i] for i in range(len(texts))] == want
+    assert in_time and all(in_time)
 
 
 def test_results_made_in_blocks_on_the_sync_path_s_threads_are_every_text_s(
