@@ -389,27 +389,6 @@ def test_a_job_sizing_its_chunks_starts_with_a_small_one(
     assert report.rows == 1500 and sizes[0] == job_module.MIN_CHUNK_ROWS and max(sizes) > sizes[0]
 
 
-def test_the_table_process_yields_the_cpu_to_the_job_s_process(tmp_path: Path) -> None:
-    import asyncio
-
-    from langchain_qwen_fast.jobs.tables import InputRow
-
-    rows = iter([InputRow("line 1", {"text": "x"}, "x", None, b"")])
-
-    async def drive() -> None:
-        side = table_side.TableSide(rows, 0, lambda *_: (tmp_path / f"niceness-{os.nice(0)}").touch())
-        tables = table_side.ForkedTables(side)
-        try:
-            assert await tables.read(1) is not None
-            await tables.commit(0, [_classification("World", {"World": 0.5, "Sports": 0.5})])
-        finally:
-            tables.reap()
-
-    asyncio.run(drive())
-    expected = min(19, os.nice(0) + table_side.TABLE_PROCESS_NICENESS)
-    assert [p.name for p in tmp_path.iterdir()] == [f"niceness-{expected}"]
-
-
 def test_a_stopped_table_process_still_does_the_commits_sent(tmp_path: Path) -> None:
     """The job stops (and closes its pipes) while the table process is on a read it sent
     before a commit: the reply finds no reader, and the commit is done all the same."""
