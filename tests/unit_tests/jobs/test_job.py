@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +195,7 @@ def test_a_restart_with_another_setting_that_changes_answers_is_refused_naming_i
     out = tmp_path / "out.csv"
     with pytest.raises(Killed):
         classify_table(options(source, out), classifier(dying_after(fake, 125), api_key="sk-secret"))
-    with pytest.raises(ConfigurationError, match=named) as refused:
+    with pytest.raises(ConfigurationError, match=re.escape(named)) as refused:
         classify_table(options(source, out), classifier(fake.transport, api_key="sk-secret", **change))
     assert "sk-secret" not in str(refused.value) and "--fresh" in str(refused.value)
     assert work_folder(out).exists()  # nothing was lost
