@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_qwen_fast._core.settings import EngineSettings
+from langchain_qwen_fast.errors import ConfigurationError
 
 #: The engine settings that never change an answer: how the servers are reached (their URLs
 #: and key), how long and how often they are tried, how much is asked at once and in how many
@@ -47,7 +48,7 @@ def answer_settings(settings: EngineSettings) -> dict[str, Any]:
     in every process and release.
 
     Raises:
-        TypeError: a setting that changes answers holds a value with no plain rendering (an
+        ConfigurationError: a setting that changes answers holds a value with no plain rendering (an
             object of the caller's): it must be declared in :data:`ANSWER_NEUTRAL` or hold a
             plain value.
     """
@@ -95,7 +96,7 @@ def _plain(name: str, value: Any) -> Any:
         return [_plain(name, v) for v in value]
     if isinstance(value, (set, frozenset)):
         return sorted((_plain(name, v) for v in value), key=json.dumps)
-    raise TypeError(
+    raise ConfigurationError(
         f"setting {name} holds a {type(value).__name__}, which has no fingerprint: declare it in "
         "ANSWER_NEUTRAL if it never changes answers, or give it a plain value"
     )

@@ -12,6 +12,7 @@ import pytest
 from langchain_qwen_fast._core.fingerprints import ANSWER_NEUTRAL, answer_settings
 from langchain_qwen_fast._core.prompting import LabelSet
 from langchain_qwen_fast._core.settings import EngineSettings, Rules
+from langchain_qwen_fast.errors import ConfigurationError
 
 
 def labels(**changes: Any) -> LabelSet:
@@ -52,7 +53,7 @@ def test_a_counted_field_holding_an_object_is_refused_by_name() -> None:
         hook: Any = None
 
     extended = Extended(**{f.name: getattr(settings(), f.name) for f in dataclasses.fields(EngineSettings)})
-    with pytest.raises(TypeError, match=r"setting hook holds a object.*ANSWER_NEUTRAL"):
+    with pytest.raises(ConfigurationError, match=r"setting hook holds a object.*ANSWER_NEUTRAL"):
         answer_settings(dataclasses.replace(extended, hook=object()))
 
 
