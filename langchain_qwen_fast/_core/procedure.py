@@ -23,6 +23,7 @@ from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.classification import Classification, Decided, classification_of, text_of
 from langchain_qwen_fast._core.decisions import DecisionPlan, TokenCounts, UsageLedger, parse_usage
 from langchain_qwen_fast._core.dispatch import Piece, PromptBatch
+from langchain_qwen_fast._core.fingerprints import answer_settings
 from langchain_qwen_fast._core.prompting import (
     ClassifierPlan,
     LabelSet,
@@ -78,7 +79,7 @@ class Procedure:
         self.rules: Rules = settings.rules
         self.cache: ClassificationCache | None = settings.cache
         self.tokenizer = tokenizer
-        #: identifies the server(s) in cache keys
+        #: the servers, as messages name them
         self.servers = tuple(u.rstrip("/") for u in settings.base_urls)
 
     # -- set-up -----------------------------------------------------------------------------
@@ -484,20 +485,18 @@ class Procedure:
         return classification_of({"label": label, "labels": [label], "scores": scores, "scoring": scoring})
 
     def _fingerprint(self, plan: ClassifierPlan, node: Node) -> str:
-        """Everything but the text that decides a result: server, model, prompt layout, steps
-        and the rules that turn scores into labels."""
+        """Everything but the text that decides a result: every setting that changes answers
+        (:func:`~langchain_qwen_fast._core.fingerprints.answer_settings`; not the URLs, the
+        key or the timeouts), and what the set-up learnt of the served model: the prompt
+        head, the steps and how scores are read."""
         layout = {
-            "servers": sorted(self.servers),
-            "model": self.model,
+            "settings": answer_settings(self.settings),
             "node": list(node),
             "scoring": plan.scoring,
             "head": plan.head,
             "steps": [[s.tail, s.path_text, list(s.allowed), list(s.path)] for s in plan.steps],
             "labels": list(plan.label_set.labels),
             "multi_label": plan.label_set.multi_label,
-            "abstain_below": self.rules.abstain_below,
-            "temperature": self.rules.temperature,
-            "thresholds": dict(sorted(self.rules.thresholds.items())),
             "logprob_token_ids": plan.has_logprob_token_ids,
             # the served weights (as the server names them) and this release's procedure:
             # redeployed weights, or a release that reads scores differently, miss old entries

@@ -41,7 +41,9 @@ class Rules:
 class EngineSettings(TransportSettings):
     """Everything an engine is made of: how to reach the servers (the fields it takes from
     :class:`TransportSettings`), what to ask them and how much at once. In a client worker
-    process ``cache`` and ``http_transport`` are None: they cannot travel."""
+    process ``cache`` and ``http_transport`` are None: they cannot travel. A field counts as
+    changing answers (in cache keys and a job's restart identity) unless
+    :data:`~langchain_qwen_fast._core.fingerprints.ANSWER_NEUTRAL` names it."""
 
     model: str
     mode: Mode = "generate"

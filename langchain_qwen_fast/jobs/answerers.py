@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_qwen_fast._core.decisions import DecisionOutcome
+from langchain_qwen_fast._core.fingerprints import answer_settings
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
@@ -127,20 +128,9 @@ class LabelAnswerer:
         return result_columns(result, self.labels, self.multi_label)
 
     def fingerprint(self) -> dict[str, Any]:
-        """The classifier's configuration a restart must find the same."""
-        classifier = self.classifier
-        return {
-            "labels": classifier.label_names,
-            "multi_label": classifier.multi_label,
-            "abstain_below": classifier.abstain_below,
-            "model": classifier.model,
-            "mode": classifier.mode,
-            "threshold": classifier.threshold,
-            "temperature": classifier.temperature,
-            "instructions": classifier.instructions,
-            "label_descriptions": classifier.label_descriptions,
-            "examples": [list(e) for e in classifier.examples or []],
-        }
+        """The classifier's settings that change answers, which a restart must find the same
+        (its engine's, every one that counts: :func:`answer_settings`)."""
+        return answer_settings(self.classifier.engine.settings)
 
     async def aclose(self) -> None:
         await self.classifier.aclose()

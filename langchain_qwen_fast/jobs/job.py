@@ -256,16 +256,19 @@ _NAMES = {
     "output_format": "--output-format",
     "text_column": "--text-column",
     "classifier": "--classifier",
-    "labels": "--labels",
-    "multi_label": "--multi-label",
-    "abstain_below": "--abstain-below",
+    # the engine's settings (answer_settings) by the flag or the classifier's field that sets
+    # them; any other is named as the engine names it
+    "label_sets.labels": "--labels",
+    "label_sets.multi_label": "--multi-label",
+    "rules.abstain_below": "--abstain-below",
     "model": "--model",
     "mode": "--mode",
-    "threshold": "the classifier's threshold",
-    "temperature": "the classifier's temperature",
-    "instructions": "the classifier's instructions",
-    "label_descriptions": "the classifier's label descriptions",
-    "examples": "the classifier's examples",
+    "label_sets.layout": "prompt_layout",
+    "rules.thresholds": "threshold",
+    "rules.temperature": "temperature",
+    "label_sets.instructions": "instructions",
+    "label_sets.descriptions": "label_descriptions",
+    "label_sets.examples": "examples",
     "review_below": "--review-below",
     "review_sample": "--review-sample",
     "review_seed": "--review-seed",
@@ -275,10 +278,10 @@ _NAMES = {
 
 def fingerprint(options: ClassifyOptions, answerer: RowAnswerer, kinds: tuple[Format, Format]) -> dict[str, Any]:
     """What must be the same for a restart to carry on an interrupted job: how the input is
-    read and the output written, the classifier's configuration or the questions, and the
-    review rules. The server, the chunk sizes and the error rate may change; the input itself
-    is checked row by row against the digests of the finished chunks (and may come from
-    another path)."""
+    read and the output written, every setting of the classifier's engine (or the questions
+    model's) that changes answers, the questions, and the review rules. The server, the chunk
+    sizes and the error rate may change; the input itself is checked row by row against the
+    digests of the finished chunks (and may come from another path)."""
     review = options.review()
     return {
         "input_format": kinds[0],

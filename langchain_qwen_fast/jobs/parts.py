@@ -37,7 +37,7 @@ MANIFEST = "manifest.json"
 #: The file whose lock a run holds for its life (it names the process holding it).
 LOCK = "lock"
 #: The manifest's layout version: a folder of another version is not resumed.
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 _TMP = ".tmp-"
 _DIGEST = ".digest.json"
 #: Tries at taking a folder's lock while another run removes the folder under it.

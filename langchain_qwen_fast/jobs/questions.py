@@ -44,6 +44,7 @@ import orjson
 
 from langchain_qwen_fast._core.deciding import DecisionRequest
 from langchain_qwen_fast._core.decisions import Answered, DecisionOutcome, QuestionSet, TokenUsage, render_state
+from langchain_qwen_fast._core.fingerprints import answer_settings
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, RecordedError
 from langchain_qwen_fast.jobs.columns import error_text, probability_column
 
@@ -232,11 +233,10 @@ class QuestionAsker:
         return answer_columns(result, self.questions)
 
     def fingerprint(self) -> dict[str, Any]:
-        """The questions' and the model's settings a restart must find the same."""
+        """The questions and the model's settings that change answers, which a restart must
+        find the same."""
         return {
-            "model": self.model.model,
-            "abstain_below": self.model.abstain_below,
-            "temperature": self.model.temperature,
+            **answer_settings(self.model.engine.settings),
             **fingerprint(self.questions),
         }
 

@@ -227,8 +227,9 @@ def test_cache_hits_never_touch_the_network(fake: FakeVLLM) -> None:
         {"instructions": "Pick the topic."},
         {"examples": [("Goal!", "Sports")]},
         {"model": "qwen3-b"},
-        {"base_url": "http://other.test/v1"},
         {"abstain_below": 0.3},
+        {"temperature": 1.5},
+        {"prompt_layout": "compact"},
     ],
 )
 def test_every_key_part_changes_the_cache_key(change: dict[str, Any]) -> None:
@@ -239,6 +240,27 @@ def test_every_key_part_changes_the_cache_key(change: dict[str, Any]) -> None:
     assert (cache.hits, cache.misses) == (0, 2)
     make(fake, cache=cache, **change).invoke("a text")
     assert cache.hits == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"base_url": ["http://other.test/v1", "http://third.test/v1"]},
+        {"timeout": 5.0},
+        {"max_retries": 0},
+        {"deadline": 60.0},
+        {"batch_size": 8},
+        {"max_concurrency": 2},
+        {"api_key": "sk-other"},
+    ],
+)
+def test_how_the_servers_are_reached_leaves_the_cache_key_alone(change: dict[str, Any]) -> None:
+    # replicas serving the same weights answer alike: another URL, key or timeout finds the entry
+    cache = InMemoryCache()
+    fake = FakeVLLM()
+    first = make(fake, cache=cache).invoke("a text")
+    assert make(fake, cache=cache, **change).invoke("a text") == first
+    assert (cache.hits, cache.misses) == (1, 1)
 
 
 def test_sqlite_cache_persists_across_classifiers(fake: FakeVLLM, tmp_path: Path) -> None:

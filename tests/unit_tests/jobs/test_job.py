@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -175,9 +176,54 @@ def test_a_restart_with_other_options_is_refused_naming_the_difference(fake: Fak
     assert report.resumed_rows == 0 and report.rows == 200
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"prompt_layout": "compact"}, "prompt_layout differ: chat vs compact"),
+        ({"instructions": "Pick the topic."}, "instructions differ"),
+        ({"label_descriptions": {"World": "international news"}}, "label_descriptions differ"),
+        ({"examples": [("Cup final", "Sports")]}, "examples differ"),
+        ({"temperature": 1.5}, "temperature differ: 1.0 vs 1.5"),
+        ({"abstain_below": 0.3}, "--abstain-below differ: none vs 0.3"),
+    ],
+    ids=["prompt_layout", "instructions", "label_descriptions", "examples", "temperature", "abstain_below"],
+)
+def test_a_restart_with_another_setting_that_changes_answers_is_refused_naming_it(
+    fake: FakeVLLM, tmp_path: Path, change: dict[str, Any], named: str
+) -> None:
+    source = write_csv(tmp_path / "in.csv", headlines(200))
+    out = tmp_path / "out.csv"
+    with pytest.raises(Killed):
+        classify_table(options(source, out), classifier(dying_after(fake, 125), api_key="sk-secret"))
+    with pytest.raises(ConfigurationError, match=re.escape(named)) as refused:
+        classify_table(options(source, out), classifier(fake.transport, api_key="sk-secret", **change))
+    assert "sk-secret" not in str(refused.value) and "--fresh" in str(refused.value)
+    assert work_folder(out).exists()  # nothing was lost
+
+
+def test_a_restart_with_other_servers_timeouts_and_sizes_resumes(fake: FakeVLLM, tmp_path: Path) -> None:
+    source = write_csv(tmp_path / "in.csv", headlines(200))
+    out = tmp_path / "out.csv"
+    with pytest.raises(Killed):
+        classify_table(options(source, out), classifier(dying_after(fake, 125)))
+    committed = WorkFolder(out, "csv").chunks()
+    reached_otherwise = QwenClassifier(
+        labels=list(LABELS),
+        base_url=["http://a.test/v1", "http://b.test/v1"],
+        http_transport=fake.transport,
+        api_key="sk-other",
+        timeout=5.0,
+        max_retries=0,
+        batch_size=8,
+        max_concurrency=2,
+    )
+    report = classify_table(options(source, out), reached_otherwise)
+    assert report.resumed_rows == sum(chunk.rows for chunk in committed) > 0 and report.rows == 200
+
+
 def test_differences_name_each_field_by_its_flag() -> None:
-    saved = {"labels": ["A", "B"], "abstain_below": None, "input": "a.csv", "text_column": "text"}
-    now = {"labels": ["A", "B"], "abstain_below": 0.5, "input": "b.csv", "text_column": "body"}
+    saved = {"label_sets.labels": ["A", "B"], "rules.abstain_below": None, "input": "a.csv", "text_column": "text"}
+    now = {"label_sets.labels": ["A", "B"], "rules.abstain_below": 0.5, "input": "b.csv", "text_column": "body"}
     assert differences(saved, now) == [
         "the input differ: a.csv vs b.csv",
         "--text-column differ: text vs body",

@@ -277,6 +277,19 @@ def test_a_restart_with_other_questions_is_refused_naming_the_question(fake: Fak
     assert work_folder(out).exists()  # nothing was lost
 
 
+def test_a_restart_with_another_temperature_is_refused_naming_it(fake: FakeVLLM, tmp_path: Path) -> None:
+    source = write_csv(tmp_path / "in.csv", tickets(120))
+    out = tmp_path / "out.csv"
+    path = questions_file(tmp_path / "q.json")
+    with pytest.raises(Killed):
+        classify_table(options(source, out, path, chunks_in_flight=1), decisions=model(dying_after(fake, 130)))
+    with pytest.raises(ConfigurationError, match=r"temperature differ: 1\.0 vs 2\.0") as refused:
+        classify_table(options(source, out, path), decisions=model(fake.transport, temperature=2.0))
+    assert "question '" not in str(refused.value)
+    report = classify_table(options(source, out, path), decisions=model(fake.transport, timeout=5.0))
+    assert report.resumed_rows > 0 and report.rows == 120
+
+
 def test_abstain_below_refuses_a_choice_and_keeps_its_probabilities(fake: FakeVLLM, tmp_path: Path) -> None:
     source = write_csv(tmp_path / "in.csv", tickets(20))
     out = tmp_path / "out.jsonl"
