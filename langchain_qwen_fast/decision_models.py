@@ -43,15 +43,13 @@ from langchain_qwen_fast._core.decisions import (
     render_state,
 )
 from langchain_qwen_fast._core.engine import Engine
-from langchain_qwen_fast._core.settings import Rules
-from langchain_qwen_fast._engine_fields import EngineFields, configuration_error
 from langchain_qwen_fast._runs import abatch_with_runs, raise_unless, unobserved
+from langchain_qwen_fast.engine import ClassifierConfig, DecisionConfig
 from langchain_qwen_fast.errors import AbstainedError, InvalidInputError
 
 if TYPE_CHECKING:
     from langchain_core.decisions import ClassifierRequest
 
-    from langchain_qwen_fast.classifiers import QwenClassifier
 
 _QUESTION = TypeAdapter(Question)
 
@@ -69,7 +67,7 @@ _ROLES: dict[type[BaseMessage], str] = {
 }
 
 
-class QwenDecisionModel(EngineFields, BaseDecisionModel):
+class QwenDecisionModel(DecisionConfig, BaseDecisionModel):
     """Answer ``Noul``, ``Choice`` and ``Score`` questions about text, messages or JSON with
     Qwen3 served by vLLM: every question from its answers' token probabilities, in one decode
     step (a step per shared token where answers share first tokens), over the same engine as
@@ -102,18 +100,9 @@ class QwenDecisionModel(EngineFields, BaseDecisionModel):
 
     _decider: Decider = PrivateAttr()
 
-    def __init__(self, **settings: Any) -> None:
-        """A decision model from ``settings`` (the fields above); settings that cannot work
-        raise :class:`~langchain_qwen_fast.errors.ConfigurationError` naming the field."""
-        try:
-            super().__init__(**settings)
-        except ValidationError as exc:
-            raise configuration_error(exc) from exc
-
     @model_validator(mode="after")
     def _build(self) -> QwenDecisionModel:
-        rules = Rules(self.abstain_below, self.temperature)
-        self._decider = Decider(Engine(self.engine_settings(label_sets={}, rules=rules)), rules)
+        self._decider = self.new_decider()
         return self
 
     @property
@@ -279,7 +268,7 @@ class ClassifierDecisionModel(BaseDecisionModel):
         return self._answered(questions, await self.classifier.ainvoke(self._checked(state, questions)))
 
 
-def as_decision_model(classifier: QwenClassifier) -> ClassifierDecisionModel:
+def as_decision_model(classifier: ClassifierConfig) -> ClassifierDecisionModel:
     """``classifier`` as a decision model (see :class:`ClassifierDecisionModel`)."""
     from langchain_qwen_fast.errors import ConfigurationError
 
