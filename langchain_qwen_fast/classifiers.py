@@ -10,8 +10,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializa
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_qwen_fast._core.configuration import ClassifierConfig
-from langchain_qwen_fast._core.engine import BatchSlice, Engine, arun_slices, run_slices
+from langchain_qwen_fast._core.engine import BatchSlice, arun_slices, run_slices
 from langchain_qwen_fast._core.prompting import ClassifierPlan
 from langchain_qwen_fast._runs import (
     abatch_with_runs,
@@ -25,6 +24,7 @@ from langchain_qwen_fast._runs import (
 )
 from langchain_qwen_fast._selection import ExampleSelection
 from langchain_qwen_fast.classification import Classification, ClassifierInput
+from langchain_qwen_fast.engine import ClassifierConfig, EngineClassifier
 from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.routing import BatchConfig, ClassifierRouter, classifier_router, classifier_tool
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from langchain_qwen_fast.decision_models import ClassifierDecisionModel
 
 
-class QwenClassifier(ClassifierConfig, RunnableSerializable[ClassifierInput, Classification]):
+class QwenClassifier(EngineClassifier, RunnableSerializable[ClassifierInput, Classification]):
     """Classify text into a fixed label set with Qwen3 served by vLLM.
 
     Each prompt is pre-rendered in Qwen3's chat format with thinking off and sent to
@@ -60,7 +60,6 @@ class QwenClassifier(ClassifierConfig, RunnableSerializable[ClassifierInput, Cla
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    _engine: Engine = PrivateAttr()
     _examples: ExampleSelection | None = PrivateAttr(default=None)
 
     #: The caller's objects, which a copy shares and :meth:`save` leaves out.
@@ -76,18 +75,12 @@ class QwenClassifier(ClassifierConfig, RunnableSerializable[ClassifierInput, Cla
                 "example_selector cannot go; use one or the other"
             )
         self._examples = ExampleSelection(self.example_selector) if self.example_selector is not None else None
-        self._engine = self.new_engine()
         return self
-
-    @property
-    def engine(self) -> Engine:
-        """The engine that does the work (no LangChain), as the HTTP service and jobs use it."""
-        return self._engine
 
     @property
     def replica_count(self) -> int:
         """The vLLM servers (replicas) this classifier spreads its requests over."""
-        return self._engine.replica_count
+        return self.engine.replica_count
 
     @classmethod
     def is_lc_serializable(cls) -> bool:
@@ -153,24 +146,24 @@ class QwenClassifier(ClassifierConfig, RunnableSerializable[ClassifierInput, Cla
         top level: how labels are scored, the rendered prompt head, the decode steps and the
         context budget, all learnt once from the server. Raises what the set-up ran into.
         With ``client_processes``, also starts the workers and sets each one up."""
-        return self._engine.prepare()
+        return self.engine.prepare()
 
     async def aprepare(self) -> ClassifierPlan:
         """Async :meth:`prepare`."""
-        return await self._engine.aprepare()
+        return await self.engine.aprepare()
 
     # -- classification ------------------------------------------------------------------
     def _classify(self, inputs: list[Any], config: Any = None, piece: BatchSlice | None = None) -> list[Any]:
-        examples = self._examples.select(inputs, self._engine.plans) if self._examples else None
+        examples = self._examples.select(inputs, self.engine.plans) if self._examples else None
         if isinstance(examples, Exception):
             return [examples] * len(inputs)
-        return self._engine.classify(inputs, examples=examples, **sizes_for(config, piece))
+        return self.engine.classify(inputs, examples=examples, **sizes_for(config, piece))
 
     async def _aclassify(self, inputs: list[Any], config: Any = None, piece: BatchSlice | None = None) -> list[Any]:
-        examples = await self._examples.aselect(inputs, self._engine.aplans) if self._examples else None
+        examples = await self._examples.aselect(inputs, self.engine.aplans) if self._examples else None
         if isinstance(examples, Exception):
             return [examples] * len(inputs)
-        return await self._engine.aclassify(inputs, examples=examples, **sizes_for(config, piece))
+        return await self.engine.aclassify(inputs, examples=examples, **sizes_for(config, piece))
 
     # -- Runnable interface ----------------------------------------------------------
     def invoke(self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any) -> Classification:
@@ -181,7 +174,7 @@ class QwenClassifier(ClassifierConfig, RunnableSerializable[ClassifierInput, Cla
         self, input: ClassifierInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Classification:
         """Async :meth:`invoke`."""
-        async with self._engine.ainvoke_gate():
+        async with self.engine.ainvoke_gate():
 
             async def one(cfg: RunnableConfig) -> Any:
                 return (await self._aclassify([input], cfg))[0]
@@ -240,8 +233,8 @@ class QwenClassifier(ClassifierConfig, RunnableSerializable[ClassifierInput, Cla
         """Yield ``(index, result)`` as each slice of ``batch_size`` inputs lands: the same
         grouped requests as :meth:`batch`, with results as soon as their slice is done."""
         items = list(inputs)
-        self._engine.try_setup()
-        slices, at_once = self._engine.slices(len(items), max_concurrency_of(config))
+        self.engine.try_setup()
+        slices, at_once = self.engine.slices(len(items), max_concurrency_of(config))
         for index, result in run_slices(
             slices,
             at_once,
@@ -261,8 +254,8 @@ class QwenClassifier(ClassifierConfig, RunnableSerializable[ClassifierInput, Cla
     ) -> AsyncIterator[tuple[int, Classification | Exception]]:
         """Async :meth:`batch_as_completed`."""
         items = list(inputs)
-        await self._engine.atry_setup()
-        slices, at_once = self._engine.slices(len(items), max_concurrency_of(config))
+        await self.engine.atry_setup()
+        slices, at_once = self.engine.slices(len(items), max_concurrency_of(config))
 
         async def run(piece: BatchSlice) -> list[Any]:
             return await self._abatch(piece.of(items), slice_config(config, piece), piece)
@@ -275,8 +268,8 @@ class QwenClassifier(ClassifierConfig, RunnableSerializable[ClassifierInput, Cla
     def close(self) -> None:
         """Close the pooled sync connections and stop any client processes (both come back
         on next use)."""
-        self._engine.close()
+        self.engine.close()
 
     async def aclose(self) -> None:
         """Close this event loop's pooled async connections."""
-        await self._engine.aclose()
+        await self.engine.aclose()

@@ -11,7 +11,7 @@ a ``QwenDecisionModel`` given by a caller has the same attributes and serves as 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import PrivateAttr, model_validator
 from typing_extensions import Self
@@ -31,7 +31,7 @@ class EngineClassifier(ClassifierConfig):
     _engine: Engine = PrivateAttr()
 
     @model_validator(mode="after")
-    def _build(self) -> Self:
+    def _build_engine(self) -> Self:
         self._engine = self.new_engine()
         return self
 
@@ -56,7 +56,7 @@ class EngineDecisions(DecisionConfig):
     _decider: Decider = PrivateAttr()
 
     @model_validator(mode="after")
-    def _build(self) -> Self:
+    def _build_decider(self) -> Self:
         self._decider = self.new_decider()
         return self
 
@@ -79,6 +79,22 @@ class EngineDecisions(DecisionConfig):
         await self._decider.engine.aclose()
 
 
+class DecisionModelLike(Protocol):
+    """What the apps ask of a decision model: an :class:`EngineDecisions`, or a caller's
+    ``QwenDecisionModel``."""
+
+    model: str
+    abstain_below: float | None
+    temperature: float
+
+    @property
+    def decider(self) -> Decider: ...
+
+    def close(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
 def classifier_settings(**arguments: Any) -> EngineSettings:
     """The engine settings a ``QwenClassifier`` of ``arguments`` (its fields: ``labels``,
     ``base_url``, ``model``, ...) would run with; an argument that cannot work raises
@@ -91,6 +107,7 @@ __all__ = [
     "ClassifierConfig",
     "Decider",
     "DecisionConfig",
+    "DecisionModelLike",
     "DecisionOutcome",
     "DecisionPlan",
     "DecisionQuestion",

@@ -208,6 +208,9 @@ class ClassifierConfig(EngineFields):
     """``generate``: a chat model answers the label. ``head``: a
     ``Qwen3ForSequenceClassification`` checkpoint served by vLLM's pooling runner scores the
     text through ``/classify``; class i is ``labels[i]``. Same results, batching and errors."""
+    name: str | None = None
+    """The classifier's name (LangChain's runnable name, kept in its saved file); the engine
+    does not use it."""
     client_processes: int = Field(default=1, ge=1)
     """Processes a large ``batch``/``abatch`` is spread over, each with its own event loop,
     connections and share of the requests in flight: worth it when one process's event loop,
