@@ -106,7 +106,7 @@ def serve_api(
         return
     loaded = EngineClassifier.load(config, **overrides)  # a bad configuration fails here, not in each worker
     if options.groups_in_flight is None:  # each worker's share of what one process would keep in flight
-        shared = default_groups_in_flight(loaded.replica_count, options.workers)
+        shared = default_groups_in_flight(loaded.engine.replica_count, options.workers)
         plan = dataclasses.replace(plan, options=dataclasses.replace(options, groups_in_flight=shared))
     with tempfile.TemporaryDirectory(prefix="qwen-fast-metrics-") as metrics:
         os.environ[WORKER_PLAN] = plan.to_json()
