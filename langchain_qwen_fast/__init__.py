@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import TYPE_CHECKING
 
 from langchain_qwen_fast._extras import lazy_exports
+from langchain_qwen_fast._version import __version__
 from langchain_qwen_fast.errors import (
     ConfigurationError,
     ContextLengthError,
@@ -42,12 +42,6 @@ __getattr__ = lazy_exports(
         "label_edge": "langchain_qwen_fast.routing",
     },
 )
-
-
-try:
-    __version__ = metadata.version(__package__ or "langchain-qwen-fast")
-except metadata.PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0"
 
 __all__ = [
     "ChatQwenFast",

@@ -15,45 +15,37 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.decisions import (
     BaseDecisionModel,
-    Box,
     Choice,
     ChoiceAnswer,
     ClassifierResponse,
-    Noul,
     NoulAnswer,
     Question,
-    Score,
     ScoreAnswer,
     State,
 )
 from langchain_core.exceptions import ModelRefusalError
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import ConfigDict, PrivateAttr, TypeAdapter, ValidationError, model_validator
+from pydantic import ConfigDict, PrivateAttr, model_validator
 
 from langchain_qwen_fast._core import collector
 from langchain_qwen_fast._core.deciding import Decider, DecisionRequest
 from langchain_qwen_fast._core.decisions import (
     DecisionOutcome,
     DecisionPlan,
-    DecisionQuestion,
     QuestionSet,
     Turn,
     media_type,
     render_state,
 )
 from langchain_qwen_fast._core.engine import Engine
-from langchain_qwen_fast._core.settings import Rules
-from langchain_qwen_fast._engine_fields import EngineFields, configuration_error
 from langchain_qwen_fast._runs import abatch_with_runs, raise_unless, unobserved
+from langchain_qwen_fast.decision_questions import question_set
+from langchain_qwen_fast.engine import ClassifierConfig, DecisionConfig
 from langchain_qwen_fast.errors import AbstainedError, InvalidInputError
 
 if TYPE_CHECKING:
     from langchain_core.decisions import ClassifierRequest
-
-    from langchain_qwen_fast.classifiers import QwenClassifier
-
-_QUESTION = TypeAdapter(Question)
 
 
 class DecisionRefused(AbstainedError, ModelRefusalError):
@@ -69,7 +61,7 @@ _ROLES: dict[type[BaseMessage], str] = {
 }
 
 
-class QwenDecisionModel(EngineFields, BaseDecisionModel):
+class QwenDecisionModel(DecisionConfig, BaseDecisionModel):
     """Answer ``Noul``, ``Choice`` and ``Score`` questions about text, messages or JSON with
     Qwen3 served by vLLM: every question from its answers' token probabilities, in one decode
     step (a step per shared token where answers share first tokens), over the same engine as
@@ -102,18 +94,9 @@ class QwenDecisionModel(EngineFields, BaseDecisionModel):
 
     _decider: Decider = PrivateAttr()
 
-    def __init__(self, **settings: Any) -> None:
-        """A decision model from ``settings`` (the fields above); settings that cannot work
-        raise :class:`~langchain_qwen_fast.errors.ConfigurationError` naming the field."""
-        try:
-            super().__init__(**settings)
-        except ValidationError as exc:
-            raise configuration_error(exc) from exc
-
     @model_validator(mode="after")
     def _build(self) -> QwenDecisionModel:
-        rules = Rules(self.abstain_below, self.temperature)
-        self._decider = Decider(Engine(self.engine_settings(label_sets={}, rules=rules)), rules)
+        self._decider = self.new_decider()
         return self
 
     @property
@@ -279,7 +262,7 @@ class ClassifierDecisionModel(BaseDecisionModel):
         return self._answered(questions, await self.classifier.ainvoke(self._checked(state, questions)))
 
 
-def as_decision_model(classifier: QwenClassifier) -> ClassifierDecisionModel:
+def as_decision_model(classifier: ClassifierConfig) -> ClassifierDecisionModel:
     """``classifier`` as a decision model (see :class:`ClassifierDecisionModel`)."""
     from langchain_qwen_fast.errors import ConfigurationError
 
@@ -295,14 +278,6 @@ def decision_request(state: Any, questions: Any) -> DecisionRequest:
     """A request's state and questions in the engine's forms; :class:`InvalidInputError` names
     the first question or block the model cannot answer (before anything is sent)."""
     return _rendered(state), question_set(questions)
-
-
-def question_set(questions: Any) -> QuestionSet:
-    """LangChain's questions mapping in the engine's form; :class:`InvalidInputError` names the
-    first question the model cannot answer."""
-    if not isinstance(questions, Mapping) or not questions:
-        raise InvalidInputError("questions must be a non-empty mapping of answer ids to questions")
-    return QuestionSet(tuple(engine_question(str(name), question) for name, question in questions.items()))
 
 
 def _checked_request(item: Any) -> Any:
@@ -339,28 +314,6 @@ def _question_set_or_error(questions: Any) -> QuestionSet | InvalidInputError:
         return question_set(questions)
     except InvalidInputError as exc:
         return exc
-
-
-def engine_question(name: str, question: Any) -> DecisionQuestion:
-    """A LangChain question (or its dict form) as the engine asks it."""
-    try:
-        parsed = question if isinstance(question, (Noul, Choice, Score, Box)) else _QUESTION.validate_python(question)
-    except ValidationError as exc:
-        raise InvalidInputError(
-            f"question {name!r} is not a Noul, Choice, Score or Box: {exc.errors()[0]['msg']}"
-        ) from None
-    if isinstance(parsed, Box):
-        raise InvalidInputError(
-            f"question {name!r}: a Box locates something in an image, and this model reads text only"
-        )
-    if isinstance(parsed, Noul):
-        criteria = parsed.criteria
-        return DecisionQuestion.noul(
-            name, parsed.instructions, criteria.true if criteria else None, criteria.false if criteria else None
-        )
-    if isinstance(parsed, Choice):
-        return DecisionQuestion.choice(name, parsed.instructions, parsed.criteria)
-    return DecisionQuestion.score(name, parsed.instructions, parsed.criteria)
 
 
 def engine_state(value: Any, where: str) -> Any:

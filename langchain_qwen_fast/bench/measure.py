@@ -210,7 +210,7 @@ def ready_classifier(
 ) -> Any:
     """A ``QwenClassifier`` over ``base_url`` with ``settings``, after ``warm_ups`` single
     requests (its set-up done and a connection open: the first request pays for both)."""
-    from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.classifiers import QwenClassifier
 
     settings.setdefault("labels", LABELS)
     classifier = QwenClassifier(base_url=base_url, model=model, tokenizer_path=tokenizer, **settings)

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from langchain_qwen_fast import __version__
+from langchain_qwen_fast._version import __version__
 from langchain_qwen_fast.errors import QwenFastError
 
 

@@ -24,14 +24,14 @@ from langchain_qwen_fast.evaluation.plots import plot_calibration, plot_confusio
 from langchain_qwen_fast.training.data import LabelledFile
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.engine import EngineClassifier
 
 NO_LABEL = "(none)"  # the prediction recorded for an abstained or failed item
 #: what the ``eval`` extra brings that the evaluation imports
 _EVAL_MODULES = ("sklearn", "scipy", "matplotlib", "tqdm")
 
 
-async def predict(classifier: QwenClassifier, texts: Sequence[str], chunk: int = 1024) -> tuple[list[Any], float]:
+async def predict(classifier: EngineClassifier, texts: Sequence[str], chunk: int = 1024) -> tuple[list[Any], float]:
     """Every text's Classification (or exception), with a progress bar; and the seconds taken."""
     from tqdm import tqdm
 
@@ -40,20 +40,18 @@ async def predict(classifier: QwenClassifier, texts: Sequence[str], chunk: int =
     with tqdm(total=len(texts), unit="item", desc="classifying") as bar:
         for offset in range(0, len(texts), chunk):
             part = list(texts[offset : offset + chunk])
-            results += await classifier.abatch(part, return_exceptions=True)
+            results += await classifier.engine.aclassify(part)
             bar.update(len(part))
     return results, time.perf_counter() - start
 
 
-def latency_ms(classifier: QwenClassifier, texts: Sequence[str]) -> dict[str, float | None]:
+def latency_ms(classifier: EngineClassifier, texts: Sequence[str]) -> dict[str, float | None]:
     """p50/p95 of one-at-a-time ``invoke`` over ``texts``."""
     timings = []
     for text in texts:
         start = time.perf_counter()
-        try:
-            classifier.invoke(text)
-        except Exception:  # a bad item is not a latency sample
-            continue
+        if isinstance(classifier.engine.classify([text])[0], Exception):
+            continue  # a bad item is not a latency sample
         timings.append((time.perf_counter() - start) * 1000)
     return {name: _round(percentile(timings, q)) for name, q in (("p50", 50), ("p95", 95))}
 
@@ -62,10 +60,10 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def classifier_for(options: EvalOptions, **overrides: Any) -> QwenClassifier:
+def classifier_for(options: EvalOptions, **overrides: Any) -> EngineClassifier:
     """The classifier ``options`` describe: a saved one (``classifier``) or one from the options
     (:class:`ConfigurationError` when they give no label set)."""
-    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.engine import EngineClassifier
 
     settings: dict[str, Any] = {"batch_size": options.batch_size}
     if options.base_url:
@@ -76,10 +74,10 @@ def classifier_for(options: EvalOptions, **overrides: Any) -> QwenClassifier:
         settings["abstain_below"] = options.abstain_below
     settings.update(overrides)
     if options.classifier:
-        return QwenClassifier.load(options.classifier, **settings)
+        return EngineClassifier.load(options.classifier, **settings)
     if not options.labels:
         raise ConfigurationError("a classifier needs a label set: give labels or a saved classifier")
-    return QwenClassifier(labels=options.labels, mode=options.mode, **settings)
+    return EngineClassifier(labels=options.labels, mode=options.mode, **settings)
 
 
 def fit_calibration(
@@ -127,12 +125,12 @@ def fit_calibration(
 def save_calibration(classifier: str | Path, fitted: dict[str, Any]) -> Path:
     """Write the fitted temperature (and the ``abstain_below`` found, if any) into the saved
     classifier at ``classifier``; returns the file written."""
-    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.engine import ClassifierConfig
 
     update: dict[str, Any] = {"temperature": fitted["temperature"]}
     if fitted.get("abstain_below") is not None:
         update["abstain_below"] = fitted["abstain_below"]
-    return QwenClassifier.load(classifier, **update).save(classifier)
+    return ClassifierConfig.load(classifier, **update).save(classifier)
 
 
 def evaluate(data: LabelledFile, options: EvalOptions) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from langchain_qwen_fast.errors import ConfigurationError
 from langchain_qwen_fast.jobs.columns import added_columns, result_columns
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.engine import EngineClassifier
 
 #: One row's answer: a classifier's, a question set's, or the error in its place.
 Result = Classification | DecisionOutcome | BaseException
@@ -66,16 +66,16 @@ def check_no_classifier(
 
 def named_classifier(
     classifier: str | None, labels: Sequence[str] | None, multi_label: bool, **settings: Any
-) -> QwenClassifier:
+) -> EngineClassifier:
     """The classifier a job names: the saved one at ``classifier`` with ``settings`` on top, or
     one over ``labels``. A setting given as None keeps the classifier's own (or the default)."""
-    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.engine import EngineClassifier
 
     overrides = {name: value for name, value in settings.items() if value is not None}
     if classifier is not None:
-        return QwenClassifier.load(classifier, **overrides)
+        return EngineClassifier.load(classifier, **overrides)
     assert labels is not None
-    return QwenClassifier(labels=list(labels), multi_label=multi_label, **overrides)
+    return EngineClassifier(labels=list(labels), multi_label=multi_label, **overrides)
 
 
 class RowAnswerer(Protocol):
@@ -108,7 +108,7 @@ class RowAnswerer(Protocol):
 class LabelAnswerer:
     """A classifier's side of a job: its labels' columns (:mod:`.columns`), from its engine."""
 
-    def __init__(self, classifier: QwenClassifier) -> None:
+    def __init__(self, classifier: EngineClassifier) -> None:
         self.classifier = classifier
         self.labels = classifier.label_names
         self.multi_label = classifier.multi_label

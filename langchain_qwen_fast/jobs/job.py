@@ -103,8 +103,7 @@ from langchain_qwen_fast.jobs.tables import ROW_DIGEST_BYTES, STDIN, Format, Inp
 from langchain_qwen_fast.jobs.writers import OutputTable, join_parts, write_columns, write_part
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast.classifiers import QwenClassifier
-    from langchain_qwen_fast.decision_models import QwenDecisionModel
+    from langchain_qwen_fast.engine import DecisionModelLike, EngineClassifier
 
 #: The fewest rows of a chunk whose failing all alike is a systematic error (a file's last few
 #: rows may fail alike by chance).
@@ -223,7 +222,7 @@ def same_file(a: str, b: str) -> bool:
 
 
 def build_answerer(
-    options: ClassifyOptions, classifier: QwenClassifier | None = None, decisions: QwenDecisionModel | None = None
+    options: ClassifyOptions, classifier: EngineClassifier | None = None, decisions: DecisionModelLike | None = None
 ) -> RowAnswerer:
     """What answers the options' rows: their questions (checked whole here, before anything is
     sent) on ``decisions`` or a decision model of the server options, else ``classifier`` or
@@ -235,7 +234,7 @@ def build_answerer(
     return LabelAnswerer(classifier or build_classifier(options))
 
 
-def build_classifier(options: ClassifyOptions) -> QwenClassifier:
+def build_classifier(options: ClassifyOptions) -> EngineClassifier:
     """The classifier the options name: the saved one with the server options on top, or one
     over ``labels``."""
     return named_classifier(
@@ -325,7 +324,7 @@ def renamed_columns(columns: list[str], added: list[str]) -> dict[str, str]:
 
 
 def classify_table(
-    options: ClassifyOptions, classifier: QwenClassifier | None = None, decisions: QwenDecisionModel | None = None
+    options: ClassifyOptions, classifier: EngineClassifier | None = None, decisions: DecisionModelLike | None = None
 ) -> JobReport:
     """Run the job (see the module docstring) and return its report. ``classifier`` (or, with
     questions, ``decisions``): use this one instead of the one the options name (its

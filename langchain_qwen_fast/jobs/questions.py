@@ -49,7 +49,7 @@ from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, Re
 from langchain_qwen_fast.jobs.columns import error_text, probability_column
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast.decision_models import QwenDecisionModel
+    from langchain_qwen_fast.engine import DecisionModelLike
 
 #: What a job's questions may be given as: a questions file's path, the mapping of answer ids
 #: to questions (LangChain's question objects or their dict form), or the engine's set.
@@ -82,7 +82,7 @@ def load_questions(given: GivenQuestions) -> QuestionSet:
             f"{where} must be a JSON object of answer ids to questions "
             '({"name": {"type": "noul"|"choice"|"score", "instructions": ..., "criteria": ...}})'
         )
-    from langchain_qwen_fast.decision_models import question_set  # LangChain's question types
+    from langchain_qwen_fast.decision_questions import question_set  # LangChain's question types
 
     try:
         questions = question_set(data)
@@ -183,20 +183,20 @@ def fingerprint(questions: QuestionSet) -> dict[str, Any]:
 
 def decision_model(
     base_url: str | None, model: str | None, abstain_below: float | None, **more: Any
-) -> QwenDecisionModel:
+) -> DecisionModelLike:
     """The decision model a job's questions are answered with (a setting given as None keeps
     the default)."""
-    from langchain_qwen_fast.decision_models import QwenDecisionModel
+    from langchain_qwen_fast.engine import EngineDecisions
 
     given = {"base_url": base_url, "model": model, "abstain_below": abstain_below, **more}
-    return QwenDecisionModel(**{name: value for name, value in given.items() if value is not None})
+    return EngineDecisions(**{name: value for name, value in given.items() if value is not None})
 
 
 class QuestionAsker:
     """Answers ``questions`` about rows' values on ``model``'s engine, with its temperature
     and abstention: the job's side of a questions job, as a classifier is a labels job's."""
 
-    def __init__(self, model: QwenDecisionModel, questions: QuestionSet) -> None:
+    def __init__(self, model: DecisionModelLike, questions: QuestionSet) -> None:
         self.model = model
         self.questions = questions
         self.decider = model.decider

@@ -68,8 +68,7 @@ from langchain_qwen_fast.jobs.writers import OutputTable
 
 if TYPE_CHECKING:
     from langchain_qwen_fast._core.decisions import QuestionSet
-    from langchain_qwen_fast.classifiers import QwenClassifier
-    from langchain_qwen_fast.decision_models import QwenDecisionModel
+    from langchain_qwen_fast.engine import DecisionModelLike, EngineClassifier
 
 #: Seconds an actor waits for the progress counter to take a batch's figures.
 COUNTER_SECONDS = 10.0
@@ -168,7 +167,7 @@ class ClassifyStage:
                 f"VLLMInActor.num_gpus is a GPU's share within [0, 1] (0: a CPU engine), got {self.engine.num_gpus}"
             )
 
-    def build(self, base_url: str | None = None, http_transport: Any = None) -> QwenClassifier:
+    def build(self, base_url: str | None = None, http_transport: Any = None) -> EngineClassifier:
         """The classifier this stage names, over ``base_url`` (default: the engine's)."""
         given: dict[str, Any] = {"mode": self.mode, "abstain_below": self.abstain_below}
         if isinstance(self.engine, HTTPServers):
@@ -179,7 +178,7 @@ class ClassifyStage:
             given["base_url"] = base_url
         return named_classifier(self.classifier, self.labels, self.multi_label, **given, http_transport=http_transport)
 
-    def build_decisions(self, base_url: str | None = None, http_transport: Any = None) -> QwenDecisionModel:
+    def build_decisions(self, base_url: str | None = None, http_transport: Any = None) -> DecisionModelLike:
         """The decision model this stage's questions are answered with, over ``base_url``
         (default: the engine's)."""
         if isinstance(self.engine, HTTPServers):
@@ -188,7 +187,7 @@ class ClassifyStage:
             where, model = None, self.engine.served_model_name
         return decision_model(base_url or where, model, self.abstain_below, http_transport=http_transport)
 
-    def labels_only(self) -> QwenClassifier:
+    def labels_only(self) -> EngineClassifier:
         """The classifier this stage names, pointing nowhere: for its labels and settings, never
         asked anything (the caller closes it)."""
         return self.build(base_url=_NOWHERE)
@@ -347,7 +346,10 @@ class ClassifyActor:
     ``QwenDecisionModel`` for a questions stage)."""
 
     def __init__(
-        self, stage: ClassifyStage, columns: BatchColumns, classifier: QwenClassifier | QwenDecisionModel | None = None
+        self,
+        stage: ClassifyStage,
+        columns: BatchColumns,
+        classifier: EngineClassifier | DecisionModelLike | None = None,
     ) -> None:
         self.stage = stage
         self.columns = columns

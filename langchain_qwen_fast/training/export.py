@@ -38,7 +38,7 @@ def export(
     """Write what vLLM serves (merged weights, or a LoRA adapter) and the classifier's
     configuration into ``options.out``; a multi-label task's classifier answers a label at or
     above its threshold in ``thresholds`` (0.5 for all without them)."""
-    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.engine import ClassifierConfig
 
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def export(
             if source.is_file():
                 shutil.copyfile(source, out / file)
         name = name or "qwen3"
-    QwenClassifier(
+    ClassifierConfig(
         labels=list(labels),
         mode="head" if options.method == "head" and options.export != "generate" else "generate",
         instructions=options.instructions,

@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel
 
-from langchain_qwen_fast import __version__
-from langchain_qwen_fast.classifiers import QwenClassifier
+from langchain_qwen_fast._version import __version__
+from langchain_qwen_fast.engine import EngineClassifier
 from langchain_qwen_fast.errors import DeadlineExceeded, MissingDependencyError, Overloaded
 from langchain_qwen_fast.serving.service.answers import (
     HTTPAnswer,
@@ -62,7 +62,7 @@ class ClassifyService:
     ``POST /v1/decisions`` (:class:`DecisionService`). Made by :func:`create_app`; needs the
     ``api`` extra's prometheus-client."""
 
-    def __init__(self, classifier: QwenClassifier, options: ServiceOptions) -> None:
+    def __init__(self, classifier: EngineClassifier, options: ServiceOptions) -> None:
         self.options = options
         self.prometheus = ServiceMetrics()
         engine = classifier.engine
@@ -196,7 +196,7 @@ def missing_api_extra(exc: ImportError) -> MissingDependencyError:
     )
 
 
-def create_app(classifier: QwenClassifier, options: ServiceOptions | None = None) -> Any:
+def create_app(classifier: EngineClassifier, options: ServiceOptions | None = None) -> Any:
     """The FastAPI application serving ``classifier`` under ``options`` (see
     :class:`ServiceOptions`; its ``host``, ``port`` and ``workers`` are :func:`serve_api`'s).
     ``app.state.service`` is its :class:`ClassifyService`, ``app.state.batcher`` its line."""

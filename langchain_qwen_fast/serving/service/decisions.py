@@ -67,7 +67,7 @@ from langchain_qwen_fast.serving.service.options import ServiceOptions
 from langchain_qwen_fast.serving.service.schema import decisions_request_model
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast.classifiers import QwenClassifier
+    from langchain_qwen_fast.engine import EngineClassifier
     from langchain_qwen_fast.serving.service.auth import APIKey
     from langchain_qwen_fast.serving.service.metrics import ServiceMetrics
 
@@ -403,7 +403,7 @@ class DecisionService:
     the classify line's texts against ``max_queued_texts``, metrics under kind ``decisions``."""
 
     def __init__(
-        self, classifier: QwenClassifier, options: ServiceOptions, batcher: MicroBatcher, metrics: ServiceMetrics
+        self, classifier: EngineClassifier, options: ServiceOptions, batcher: MicroBatcher, metrics: ServiceMetrics
     ) -> None:
         self.options = options
         self.decider = Decider(classifier.engine)

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from langchain_qwen_fast.classifiers import QwenClassifier
+from langchain_qwen_fast.engine import EngineClassifier
 from langchain_qwen_fast.serving.service.app import create_app, missing_api_extra
 from langchain_qwen_fast.serving.service.metrics import METRICS_DIR
 from langchain_qwen_fast.serving.service.micro_batcher import default_groups_in_flight
@@ -53,7 +53,7 @@ class WorkerPlan:
         process, and the classifier's tokenizer alone makes every full collection a walk over
         a large graph, which under load the many short-lived objects of a request set off
         again and again."""
-        app = create_app(QwenClassifier.load(self.config, **self.overrides), self.options)
+        app = create_app(EngineClassifier.load(self.config, **self.overrides), self.options)
         gc.collect()
         gc.freeze()
         return app
@@ -104,9 +104,9 @@ def serve_api(
     if options.workers == 1:
         uvicorn.run(plan.app(), host=options.host, port=options.port, log_level="warning")
         return
-    loaded = QwenClassifier.load(config, **overrides)  # a bad configuration fails here, not in each worker
+    loaded = EngineClassifier.load(config, **overrides)  # a bad configuration fails here, not in each worker
     if options.groups_in_flight is None:  # each worker's share of what one process would keep in flight
-        shared = default_groups_in_flight(loaded.replica_count, options.workers)
+        shared = default_groups_in_flight(loaded.engine.replica_count, options.workers)
         plan = dataclasses.replace(plan, options=dataclasses.replace(options, groups_in_flight=shared))
     with tempfile.TemporaryDirectory(prefix="qwen-fast-metrics-") as metrics:
         os.environ[WORKER_PLAN] = plan.to_json()

@@ -1,0 +1,48 @@
+"""LangChain's decision questions (``Noul``, ``Choice``, ``Score`` or their dict form) in the
+engine's form: shared by the decision model and the jobs' questions files, with no facade."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.decisions import Box, Choice, Noul, Question, Score
+from pydantic import TypeAdapter, ValidationError
+
+from langchain_qwen_fast._core.decisions import DecisionQuestion, QuestionSet
+from langchain_qwen_fast.errors import InvalidInputError
+
+_QUESTION = TypeAdapter(Question)
+
+
+def question_set(questions: Any) -> QuestionSet:
+    """LangChain's questions mapping in the engine's form; :class:`InvalidInputError` names the
+    first question the model cannot answer."""
+    if not isinstance(questions, Mapping) or not questions:
+        raise InvalidInputError("questions must be a non-empty mapping of answer ids to questions")
+    return QuestionSet(tuple(engine_question(str(name), question) for name, question in questions.items()))
+
+
+def engine_question(name: str, question: Any) -> DecisionQuestion:
+    """A LangChain question (or its dict form) as the engine asks it."""
+    try:
+        parsed = question if isinstance(question, (Noul, Choice, Score, Box)) else _QUESTION.validate_python(question)
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"question {name!r} is not a Noul, Choice, Score or Box: {exc.errors()[0]['msg']}"
+        ) from None
+    if isinstance(parsed, Box):
+        raise InvalidInputError(
+            f"question {name!r}: a Box locates something in an image, and this model reads text only"
+        )
+    if isinstance(parsed, Noul):
+        criteria = parsed.criteria
+        return DecisionQuestion.noul(
+            name, parsed.instructions, criteria.true if criteria else None, criteria.false if criteria else None
+        )
+    if isinstance(parsed, Choice):
+        return DecisionQuestion.choice(name, parsed.instructions, parsed.criteria)
+    return DecisionQuestion.score(name, parsed.instructions, parsed.criteria)
+
+
+__all__ = ["engine_question", "question_set"]
