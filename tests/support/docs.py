@@ -234,7 +234,8 @@ def listed_results(index: Page) -> set[str]:
 def raw_file_problems(pages: Iterable[Page], root: Path = ROOT) -> list[Problem]:
     """Every raw file a page cites (a link into ``docs/results/`` or a result file's name) that
     does not exist or that ``docs/results/README.md`` does not list, and every file in
-    ``docs/results/`` that it does not list."""
+    ``docs/results/`` that it does not list. A page there (``.md``: the index, the history) is
+    no raw file."""
     results = root / RESULTS
     index = Page.read(root / RESULTS_INDEX, root)
     listed = listed_results(index)
@@ -246,7 +247,7 @@ def raw_file_problems(pages: Iterable[Page], root: Path = ROOT) -> list[Problem]
             if not path_part or _SCHEME.match(path_part):
                 continue
             resolved = (page.path.parent / path_part).resolve()
-            if resolved.parent == results.resolve() and resolved.name != RESULTS_INDEX.name:
+            if resolved.parent == results.resolve() and resolved.suffix != ".md":
                 cited.append((line, resolved.name))
         for block in page.prose():
             for match in RESULT_NAME.finditer(block.text):
@@ -257,7 +258,7 @@ def raw_file_problems(pages: Iterable[Page], root: Path = ROOT) -> list[Problem]
             elif name not in listed:
                 problems.append(Problem(page.name, line, f"cites a raw file {RESULTS_INDEX} does not list: {name}"))
     for path in sorted(results.iterdir()):
-        if path.is_file() and path.name != RESULTS_INDEX.name and path.name not in listed:
+        if path.is_file() and path.suffix != ".md" and path.name not in listed:
             problems.append(Problem(index.name, 1, f"does not list the raw file {path.name}"))
     return problems
 

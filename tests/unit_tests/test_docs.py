@@ -115,8 +115,10 @@ def test_the_raw_file_check_finds_missing_and_unlisted_files(tmp_path: Path) -> 
             "docs/results/cpu-2026-01-01-a.json": "{}",
             "docs/results/cpu-2026-01-01-a.png": "",
             "docs/results/h200-2026-01-03-unlisted.json": "{}",
+            "docs/results/history.md": "[a](cpu-2026-01-01-a.json)\n",
             "docs/perf.md": (
-                "[a](results/cpu-2026-01-01-a.json), the [chart](results/cpu-2026-01-01-a.png)\n"
+                "[a](results/cpu-2026-01-01-a.json), the [chart](results/cpu-2026-01-01-a.png), "
+                "[history](results/history.md)\n"
                 "[unlisted](results/h200-2026-01-03-unlisted.json)\n"
                 "named only: `h200-2026-01-04-nowhere.json`\n"
             ),
