@@ -45,6 +45,7 @@ import orjson
 from langchain_qwen_fast._core.deciding import DecisionRequest
 from langchain_qwen_fast._core.decisions import Answered, DecisionOutcome, QuestionSet, TokenUsage, render_state
 from langchain_qwen_fast._core.fingerprints import answer_settings
+from langchain_qwen_fast._core.settings import Rules
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, RecordedError
 from langchain_qwen_fast.jobs.columns import error_text, probability_column
 
@@ -236,7 +237,13 @@ class QuestionAsker:
         """The questions and the model's settings that change answers, which a restart must
         find the same."""
         return {
-            **answer_settings(self.model.engine.settings),
+            # the engine's settings with the decisions' own rules, which the model holds
+            **answer_settings(
+                dataclasses.replace(
+                    self.model.decider.engine.settings,
+                    rules=Rules(abstain_below=self.model.abstain_below, temperature=self.model.temperature),
+                )
+            ),
             **fingerprint(self.questions),
         }
 
