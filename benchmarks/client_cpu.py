@@ -14,6 +14,9 @@ not the calling process's, so not counted), and ``QwenDecisionModel.abatch`` of 
 over as many states, on the same kind of texts (new ones every call). Each row is the median
 over the rounds of the client process's CPU time a text (every thread of it) and of texts/s
 (one call's texts over its wall time); the ratios compare each tree with the first one given.
+``--paused NAME=PATH`` names a tree whose clients hold
+:func:`langchain_qwen_fast.process.collector_paused` around each call, as an application that
+opts in does (give the same checkout as a ``--tree`` too, to compare it with and without).
 ``--profile`` samples each client of the first tree with py-spy and writes its profile.
 ``--paced R`` paces each stand-in at R texts a second (:class:`benchmarks.stand_in.Pace`), and
 ``--stand-ins N`` starts N of them, the client's replicas: with N x R below what the client can
@@ -85,11 +88,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def client(path: str, url: str, tokenizer: str, texts: int, start: int, profile: Path | None) -> dict[str, float]:
+def client(
+    path: str, url: str, tokenizer: str, texts: int, start: int, profile: Path | None, paused: bool = False
+) -> dict[str, float]:
     """One client process's measurement of ``path`` (run with ``--client``): after a warm-up
     call, one call of ``texts`` texts new to the stand-in; its CPU a text and texts/s. With
-    ``profile``, py-spy samples that call (and only it) into that file."""
+    ``profile``, py-spy samples that call (and only it) into that file. ``paused``: each call
+    holds the process's collector pause."""
+    import contextlib
+    import gc
+
     from langchain_qwen_fast import QwenClassifier
+    from langchain_qwen_fast.process import collector_paused
     from langchain_qwen_fast.testing.samples import news_items
 
     tokenizer_path = tokenizer if path.startswith("abatch-ids") else None
@@ -120,11 +130,14 @@ def client(path: str, url: str, tokenizer: str, texts: int, start: int, profile:
                 return classifier.batch(batch)
             return asyncio.run(classifier.abatch(batch))
 
-    call(news_items(512 if processes == 1 else 1024 * processes, start + 10**7))  # the workers started too
+    with collector_paused() if paused else contextlib.nullcontext():  # the workers started too
+        call(news_items(512 if processes == 1 else 1024 * processes, start + 10**7))
     batch = news_items(texts, start)
     spy = None if profile is None else _sampler(profile)
     cpu, wall = time.process_time(), time.perf_counter()
-    results = call(batch)
+    with collector_paused() if paused else contextlib.nullcontext():
+        results = call(batch)
+    gc.collect(0)  # the collection a pause leaves due, counted with the call
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -144,13 +157,15 @@ def _sampler(out: Path) -> subprocess.Popen[bytes]:
 
 
 def _run_client(
-    tree: str, path: str, url: str, options: argparse.Namespace, start: int, profile: Path | None
+    tree: str, path: str, url: str, options: argparse.Namespace, start: int, profile: Path | None, paused: bool
 ) -> dict[str, float]:
     # Run as a script, so that the package comes from the tree (``PYTHONPATH``) alone.
     command = [sys.executable, str(Path(__file__).resolve()), "--client", path, "--url", url]
     command += ["--tokenizer", str(options.tokenizer), "--texts", str(options.texts), "--start", str(start)]
     if profile is not None:
         command += ["--profile-to", str(profile)]
+    if paused:
+        command += ["--collector-paused"]
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode:
@@ -160,7 +175,8 @@ def _run_client(
 
 
 def measure(options: argparse.Namespace) -> ClientCpuReport:
-    trees = dict(t.split("=", 1) for t in options.tree)
+    trees = dict(t.split("=", 1) for t in options.tree + options.paused)
+    paused = {t.split("=", 1)[0] for t in options.paused}
     report = ClientCpuReport(
         header(options.label), options.texts, options.rounds, trees, options.paced, options.stand_ins
     )
@@ -186,7 +202,7 @@ def measure(options: argparse.Namespace) -> ClientCpuReport:
             for name in order:
                 for path in options.paths:
                     start += options.texts
-                    result = _run_client(trees[name], path, url, options, start, None)
+                    result = _run_client(trees[name], path, url, options, start, None, name in paused)
                     rows[name, path].cpu_us.append(round(result["cpu_us"], 2))
                     rows[name, path].per_s.append(round(result["per_s"], 1))
                     if options.paced:
@@ -200,7 +216,7 @@ def measure(options: argparse.Namespace) -> ClientCpuReport:
             out = Path(options.out)
             for path in options.paths:
                 raw = out / f"py-spy-{names[0]}-{path}.txt"
-                _run_client(trees[names[0]], path, url, options, start + 10**8, raw)
+                _run_client(trees[names[0]], path, url, options, start + 10**8, raw, names[0] in paused)
                 report.profiles[path] = str(raw)
     finally:
         for server in servers:
@@ -244,6 +260,9 @@ def render(report: ClientCpuReport) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", default=[], help="NAME=PATH, a checkout of the package")
+    parser.add_argument(
+        "--paused", action="append", default=[], help="NAME=PATH, a checkout whose clients hold the collector pause"
+    )
     parser.add_argument("--tokenizer", type=Path, default=Path(".models/qwen3-tiny"), help="the model folder")
     parser.add_argument("--texts", type=int, default=16384, help="texts a call")
     parser.add_argument("--rounds", type=int, default=5)
@@ -257,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--collector-paused", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -264,11 +284,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = build_parser().parse_args(argv)
     if options.client:
         result = client(
-            options.client, options.url, str(options.tokenizer), options.texts, options.start, options.profile_to
+            options.client,
+            options.url,
+            str(options.tokenizer),
+            options.texts,
+            options.start,
+            options.profile_to,
+            options.collector_paused,
         )
         print(json.dumps(result))
         return 0
-    if not options.tree:
+    if not options.tree and not options.paused:
         options.tree = ["this=."]
     Path(options.out).mkdir(parents=True, exist_ok=True)
     report = measure(options)

@@ -28,7 +28,6 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import RunnableConfig
 from pydantic import ConfigDict, PrivateAttr, model_validator
 
-from langchain_qwen_fast._core import collector
 from langchain_qwen_fast._core.deciding import Decider, DecisionRequest
 from langchain_qwen_fast._core.decisions import (
     DecisionOutcome,
@@ -195,12 +194,11 @@ class QwenDecisionModel(DecisionConfig, BaseDecisionModel):
 
     def _responses(self, outcomes: Sequence[DecisionOutcome | Exception]) -> list[ClassifierResponse | Exception]:
         responses: list[ClassifierResponse | Exception] = []
-        with collector.paused():  # each outcome's layers die as its response is made
-            for outcome in outcomes:
-                try:
-                    responses.append(outcome if isinstance(outcome, Exception) else response_of(outcome, self.model))
-                except ModelRefusalError as exc:
-                    responses.append(exc)
+        for outcome in outcomes:
+            try:
+                responses.append(outcome if isinstance(outcome, Exception) else response_of(outcome, self.model))
+            except ModelRefusalError as exc:
+                responses.append(exc)
         return responses
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_qwen_fast._core import collector, vllm_api
+from langchain_qwen_fast._core import vllm_api
 from langchain_qwen_fast._core.chat_formats import chat_format_steps
 from langchain_qwen_fast._core.classification import Decided
 from langchain_qwen_fast._core.decisions import (
@@ -128,11 +128,10 @@ class Decider:
             return [exc] * len(states)
         ledger = UsageLedger()
         results = yield from self._procedure.classify_steps(states, {(): plan}, usage=ledger)
-        with collector.paused():
-            return [
-                _outcome(questions, result, ledger.of(plan.body(state))) if isinstance(result, Decided) else result
-                for state, result in zip(states, results, strict=True)
-            ]
+        return [
+            _outcome(questions, result, ledger.of(plan.body(state))) if isinstance(result, Decided) else result
+            for state, result in zip(states, results, strict=True)
+        ]
 
     def _server_steps(self) -> Steps[_Server]:
         """What the server can do, learnt once: the model it serves and its context, and its

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from langchain_qwen_fast._core import collector, vllm_api
+from langchain_qwen_fast._core import vllm_api
 from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.classification import Classification, Decided, classification_of, text_of
 from langchain_qwen_fast._core.decisions import DecisionPlan, TokenCounts, UsageLedger, parse_usage
@@ -319,8 +319,7 @@ class Procedure:
         """One level of the hierarchy for ``inputs``: each distinct prompt body is looked up
         in the cache, checked for length, asked and combined into its result once, and the
         result goes to every input with that body."""
-        with collector.paused():
-            level = _Level(inputs, plan, examples)
+        level = _Level(inputs, plan, examples)
         keys = self._cache_keys(plan, node, level.bodies)
         outcome: dict[str, Any] = self._cached(plan, keys)
         #: token ids of bodies tokenised here for their length check, to send as they are
@@ -334,9 +333,8 @@ class Procedure:
         finisher = _Finisher(functools.partial(self._made, plan)) if _one_step(plan) else None
         answers = yield from self._ask_steps(plan, pending, prompt_of, sizes, finisher)
         made = finisher.finish() if finisher is not None else {}
-        with collector.paused():
-            for body in pending:
-                outcome[body] = made[body] if body in made else self._combined(plan, [step[body] for step in answers])
+        for body in pending:
+            outcome[body] = made[body] if body in made else self._combined(plan, [step[body] for step in answers])
         self._store(keys, pending, outcome)
         return level.results(outcome)
 
@@ -409,8 +407,7 @@ class Procedure:
         reply's predictions handed to it where the reply arrives). A request refused for its
         content is asked again in halves until the bad prompt stands alone."""
         answers: list[dict[str, Any]] = [{} for _ in plan.steps]
-        with collector.paused():
-            runs = [(run, sizes.per_request(plan)) for run in _runs(plan, bodies)]
+        runs = [(run, sizes.per_request(plan)) for run in _runs(plan, bodies)]
         while runs:
             batches: list[Call | PromptBatch] = [
                 PromptBatch(len(run), functools.partial(self._run_call, plan, run, prompt_of, finisher), per_request)
@@ -754,8 +751,7 @@ class _Finisher:
         return self._made
 
     def _make_all(self, ready: list[tuple[str, Prediction | Exception]]) -> None:
-        with collector.paused():
-            made = {body: self._make(prediction) for body, prediction in ready}
+        made = {body: self._make(prediction) for body, prediction in ready}
         with self._lock:
             self._made.update(made)
 

@@ -46,7 +46,6 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from langchain_qwen_fast._core import collector
 from langchain_qwen_fast._core.dispatch import (
     Call,
     Deadline,
@@ -324,8 +323,7 @@ class Transport:
         read = send.call[3] if len(send.call) > 3 else None
         if read is None:
             return _decode(reply, path, self.base_urls[send.replica])
-        with collector.paused():
-            return read(_decode(reply, path, self.base_urls[send.replica]))
+        return read(_decode(reply, path, self.base_urls[send.replica]))
 
     def _send(self, send: Send) -> Any:
         """One blocking try of ``send`` (its window's share taken already)."""

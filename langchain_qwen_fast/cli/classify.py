@@ -194,8 +194,10 @@ def run(args: argparse.Namespace) -> int:
     with _terminate_interrupts() as terminated:
         try:
             from langchain_qwen_fast.jobs.job import classify_table
+            from langchain_qwen_fast.process import collector_paused
 
-            report = classify_table(options)
+            with collector_paused():  # the command owns its process, and the job ends
+                report = classify_table(options)
         except JobInterrupted as exc:
             return _stopped(exc, terminated)
         except JobStopped as exc:

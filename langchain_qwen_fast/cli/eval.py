@@ -75,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
     except DataFileError as exc:
         print(f"qwen-fast eval: {exc}", file=sys.stderr)
         return 2
-    report = evaluate(data, options)
+    from langchain_qwen_fast.process import collector_paused
+
+    with collector_paused():  # the command owns its process, and the evaluation ends
+        report = evaluate(data, options)
     print(render_report(report))
     out = Path(options.out)
     written = [out / "report.json", out / "confusion.png", *map(Path, report.get("plots", []))]

@@ -65,6 +65,7 @@ from langchain_qwen_fast.jobs.questions import (
 from langchain_qwen_fast.jobs.ray_read import PROBLEM_COLUMN
 from langchain_qwen_fast.jobs.tables import TextSource
 from langchain_qwen_fast.jobs.writers import OutputTable
+from langchain_qwen_fast.process import collector_paused
 
 if TYPE_CHECKING:
     from langchain_qwen_fast._core.decisions import QuestionSet
@@ -387,7 +388,8 @@ class ClassifyActor:
 
     async def __call__(self, table: Any) -> Any:
         answerer = await self.answerer()
-        results = await answer_rows(answerer, texts_of(table, self.source))
+        with collector_paused():  # the actor is the job's own process; a batch ends
+            results = await answer_rows(answerer, texts_of(table, self.source))
         if self.stage.counter is not None:
             errors = sum(isinstance(result, BaseException) for result in results)
             # Progress only: a counter that does not answer in time neither holds up nor fails

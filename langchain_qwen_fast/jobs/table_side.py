@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import gc
 import os
 import pickle
 import queue
@@ -56,6 +55,7 @@ from langchain_qwen_fast.errors import CarriedError, DataFileError
 from langchain_qwen_fast.jobs.columns import ClassifiedColumns, ClassifiedRow, error_text
 from langchain_qwen_fast.jobs.summary import error_kind
 from langchain_qwen_fast.jobs.tables import InputRow
+from langchain_qwen_fast.process import freeze_after_fork
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.jobs.answerers import Result
@@ -250,17 +250,12 @@ class ForkedTables:
         from_child, outbox = Pipe(duplex=False)
         for conn in (to_child, outbox):
             _widen(conn)
-        # Frozen, the objects of this process are neither collected nor scanned until the job
-        # ends: a collection would write to every page of them, which the fork shares, and each
-        # page written is copied.
-        gc.freeze()
         for stream in (sys.stdout, sys.stderr):  # else the child could write what is buffered again
             with contextlib.suppress(Exception):
                 stream.flush()
         try:
             self.pid = os.fork()
         except OSError:
-            gc.unfreeze()
             for conn in (inbox, to_child, from_child, outbox):
                 conn.close()
             raise
@@ -347,7 +342,6 @@ class ForkedTables:
         self.close()
         if self._exit is None:
             self._exit = _wait(self.pid, STOP_SECONDS)
-            gc.unfreeze()
 
 
 def _widen(conn: Connection) -> None:
@@ -391,7 +385,7 @@ def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
         os.nice(TABLE_PROCESS_NICENESS)
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
-    gc.freeze()  # what the job's process holds is no garbage of this one
+    freeze_after_fork()  # what the job's process holds is no garbage of this one
     # The requests are taken in a thread of their own, so that the job's next request is read
     # while a reply is sent: read only between replies, a reply and a request each larger than
     # its pipe would wait on each other for good (the job sends a chunk's results while the

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import gc
 import importlib
 import inspect
 import io
@@ -40,6 +39,7 @@ from typing import Any
 import httpx
 
 from langchain_qwen_fast.errors import ConfigurationError, MissingDependencyError, ServerStartError
+from langchain_qwen_fast.process import ForeignFreeze
 
 #: The base URL the classifier is given: its host is never resolved (every request goes to
 #: the transport), it only has to be a valid URL, and ``/v1`` is where vLLM's OpenAI routes
@@ -220,8 +220,9 @@ class InProcessVLLM:
     variables vLLM reads (``VLLM_CPU_KVCACHE_SPACE``, ``VLLM_API_KEY``, ...) apply as there.
     Where vLLM spawns that process (its CPU build always, the CUDA build once CUDA is set up),
     the child imports the main module again: a script needs an ``if __name__ == "__main__":``
-    guard. vLLM's app freezes the garbage collector's heap at start-up, as in its server
-    (:meth:`aclose` unfreezes it).
+    guard. vLLM's app freezes the garbage collector's heap at start-up, as in its server;
+    :meth:`aclose` unfreezes it where nothing was frozen before :meth:`start`
+    (:class:`~langchain_qwen_fast.process.ForeignFreeze`).
     """
 
     def __init__(self, args: Sequence[str] = (), /, *, base_url: str = IN_PROCESS_BASE_URL, **settings: Any) -> None:
@@ -289,6 +290,8 @@ class InProcessVLLM:
         loop = asyncio.get_running_loop()
         stack = contextlib.AsyncExitStack()
         try:
+            # Last out: the heap vLLM's start-up froze is unfrozen once the engine is closed.
+            stack.callback(ForeignFreeze().undo)
             # The same steps, in the same order, as vLLM's run_server_worker and build_and_serve,
             # less the socket and uvicorn.
             engine_client = await stack.enter_async_context(self._engine(vllm, args))
@@ -337,10 +340,6 @@ class InProcessVLLM:
             await stack.aclose()
         finally:
             self.engine_client, self._loop, self._loop_thread = None, None, None
-            # vLLM's app start-up froze the heap (gc.freeze(), for shorter GC pauses while
-            # serving); unfrozen, the closed engine's objects can be collected, so a process
-            # that starts engines in turn does not keep every one of them.
-            gc.unfreeze()
 
     def _parse(self, vllm: _VLLMServing) -> Any:
         """The flags as vLLM's ``serve`` parser reads them, checked as ``vllm serve`` checks them."""

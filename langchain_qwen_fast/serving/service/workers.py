@@ -9,7 +9,6 @@ line)."""
 from __future__ import annotations
 
 import dataclasses
-import gc
 import ipaddress
 import json
 import logging
@@ -49,13 +48,14 @@ class WorkerPlan:
 
     def app(self) -> Any:
         """The application this plan describes, its process's start-up objects then moved out
-        of the cyclic garbage collector's sight (:func:`gc.freeze`): they live as long as the
-        process, and the classifier's tokenizer alone makes every full collection a walk over
-        a large graph, which under load the many short-lived objects of a request set off
-        again and again."""
+        of the cyclic garbage collector's sight (:func:`~langchain_qwen_fast.process.freeze_start_up`):
+        they live as long as the process, and the classifier's tokenizer alone makes every full
+        collection a walk over a large graph, which under load the many short-lived objects of a
+        request set off again and again. The worker process is the service's own."""
+        from langchain_qwen_fast.process import freeze_start_up
+
         app = create_app(EngineClassifier.load(self.config, **self.overrides), self.options)
-        gc.collect()
-        gc.freeze()
+        freeze_start_up()
         return app
 
 
