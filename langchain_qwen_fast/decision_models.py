@@ -26,9 +26,9 @@ from langchain_core.decisions import (
 from langchain_core.exceptions import ModelRefusalError
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import ConfigDict, PrivateAttr, model_validator
+from pydantic import ConfigDict
 
-from langchain_qwen_fast._core.deciding import Decider, DecisionRequest
+from langchain_qwen_fast._core.deciding import DecisionRequest
 from langchain_qwen_fast._core.decisions import (
     DecisionOutcome,
     DecisionPlan,
@@ -37,10 +37,9 @@ from langchain_qwen_fast._core.decisions import (
     media_type,
     render_state,
 )
-from langchain_qwen_fast._core.engine import Engine
 from langchain_qwen_fast._runs import abatch_with_runs, raise_unless, unobserved
 from langchain_qwen_fast.decision_questions import question_set
-from langchain_qwen_fast.engine import ClassifierConfig, DecisionConfig
+from langchain_qwen_fast.engine import ClassifierConfig, EngineDecisions
 from langchain_qwen_fast.errors import AbstainedError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ _ROLES: dict[type[BaseMessage], str] = {
 }
 
 
-class QwenDecisionModel(DecisionConfig, BaseDecisionModel):
+class QwenDecisionModel(EngineDecisions, BaseDecisionModel):
     """Answer ``Noul``, ``Choice`` and ``Score`` questions about text, messages or JSON with
     Qwen3 served by vLLM: every question from its answers' token probabilities, in one decode
     step (a step per shared token where answers share first tokens), over the same engine as
@@ -91,27 +90,9 @@ class QwenDecisionModel(DecisionConfig, BaseDecisionModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    _decider: Decider = PrivateAttr()
-
-    @model_validator(mode="after")
-    def _build(self) -> QwenDecisionModel:
-        self._decider = self.new_decider()
-        return self
-
     @property
     def _provider(self) -> str:
         return "vllm"
-
-    @property
-    def engine(self) -> Engine:
-        """The engine that does the work (no LangChain), shared with the decision service."""
-        return self._decider.engine
-
-    @property
-    def decider(self) -> Decider:
-        """The decision engine this model answers with (its temperature and abstention, its
-        question sets' plans), for callers that ask in the engine's forms, such as the jobs."""
-        return self._decider
 
     @classmethod
     def is_lc_serializable(cls) -> bool:
@@ -200,14 +181,6 @@ class QwenDecisionModel(DecisionConfig, BaseDecisionModel):
             except ModelRefusalError as exc:
                 responses.append(exc)
         return responses
-
-    def close(self) -> None:
-        """Close the pooled sync connections (they come back on next use)."""
-        self.engine.close()
-
-    async def aclose(self) -> None:
-        """Close this event loop's pooled async connections."""
-        await self.engine.aclose()
 
 
 class ClassifierDecisionModel(BaseDecisionModel):

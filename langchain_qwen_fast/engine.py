@@ -61,16 +61,17 @@ class EngineDecisions(DecisionConfig):
 
     @property
     def decider(self) -> Decider:
-        """The decision engine, with these settings' temperature and abstention."""
+        """The decision engine, with these settings' temperature and abstention (and its
+        question sets' plans), for callers that ask in the engine's forms, such as the jobs."""
         return self._decider
 
     @property
     def engine(self) -> Engine:
-        """The engine under the decider."""
+        """The engine under the decider (no LangChain), shared with the decision service."""
         return self._decider.engine
 
     def close(self) -> None:
-        """Close the pooled sync connections."""
+        """Close the pooled sync connections (they come back on next use)."""
         self._decider.engine.close()
 
     async def aclose(self) -> None:

@@ -31,7 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
@@ -181,21 +181,19 @@ class Unit:
         return self.ready_at < other.ready_at
 
 
+@dataclass(slots=True, eq=False)
 class Send:
     """One try to make: ``call`` to ``replica``, carrying ``prompts`` prompts (its window's
     share is taken already, ``used`` as the window said; the driver releases it with the
     try's outcome)."""
 
-    __slots__ = ("call", "expired", "prompts", "replica", "unit", "used")
-
-    def __init__(self, unit: Unit, replica: int, call: Call, prompts: int, used: bool) -> None:
-        self.unit = unit
-        self.replica = replica
-        self.call = call
-        self.prompts = prompts
-        self.used = used
-        #: the deadline passed while it was out: its outcome is no longer read
-        self.expired = False
+    unit: Unit
+    replica: int
+    call: Call
+    prompts: int
+    used: bool
+    #: the deadline passed while it was out: its outcome is no longer read
+    expired: bool = field(default=False, init=False)
 
     def content(self) -> bytes | None:
         """The request's body as JSON bytes: built (if its body is a function, called) on the

@@ -13,6 +13,7 @@ Each input row keeps its columns and gains:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from itertools import repeat
@@ -121,21 +122,17 @@ class ClassifiedColumns:
         ]
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class ClassifiedRow:
     """A classification as another process of a job gets it back (a row of
     :class:`ClassifiedColumns`, or one sent alone): the fields a row's columns, counts and
-    review entry are made of."""
+    review entry are made of, in that order."""
 
-    __slots__ = ("abstained", "label", "labels", "multi_label", "scores")
-
-    def __init__(
-        self, label: str | None, labels: list[str], scores: dict[str, float] | None, abstained: bool, multi: bool
-    ) -> None:
-        self.label = label
-        self.labels = labels
-        self.scores = scores
-        self.abstained = abstained
-        self.multi_label = multi
+    label: str | None
+    labels: list[str]
+    scores: dict[str, float] | None
+    abstained: bool
+    multi_label: bool
 
 
 def classified_table(chunk: ClassifiedColumns, labels: Sequence[str]) -> dict[str, list[Any]]:
