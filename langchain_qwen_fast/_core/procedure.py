@@ -9,21 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
-import logging
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
 from langchain_qwen_fast._core import vllm_api
-from langchain_qwen_fast._core.caches import ClassificationCache
 from langchain_qwen_fast._core.classification import Classification, Decided, classification_of, text_of
-from langchain_qwen_fast._core.decisions import DecisionPlan, TokenCounts, UsageLedger, parse_usage
-from langchain_qwen_fast._core.dispatch import Piece, PromptBatch
-from langchain_qwen_fast._core.fingerprints import answer_settings
+from langchain_qwen_fast._core.decisions import DecisionPlan, UsageLedger
+from langchain_qwen_fast._core.dispatch import PromptBatch
 from langchain_qwen_fast._core.prompting import (
     ClassifierPlan,
     LabelSet,
@@ -34,6 +27,16 @@ from langchain_qwen_fast._core.prompting import (
     plan_steps,
     yes_no_steps,
 )
+from langchain_qwen_fast._core.replies import (
+    Finisher,
+    Group,
+    combined,
+    one_step,
+    prediction_of,
+    read_group,
+    record,
+)
+from langchain_qwen_fast._core.result_cache import ResultCache
 from langchain_qwen_fast._core.settings import EngineSettings, Node, Rules
 from langchain_qwen_fast._core.temperature import apply_temperature
 from langchain_qwen_fast._core.transport import Call, Steps
@@ -41,21 +44,9 @@ from langchain_qwen_fast.errors import (
     ConfigurationError,
     InvalidInputError,
     QwenFastError,
-    ResponseFormatError,
     ServerStatusError,
     splits_group,
 )
-
-_log = logging.getLogger("langchain_qwen_fast")
-
-
-@functools.cache
-def _release() -> str:
-    try:
-        return metadata.version("langchain-qwen-fast")
-    except metadata.PackageNotFoundError:  # a source tree never installed
-        return "0.0.0"
-
 
 # Prompts tokenised client-side per slice, with a yield between slices: a slice is short
 # enough not to stall the event loop, long enough that the yields cost next to nothing.
@@ -77,7 +68,8 @@ class Procedure:
         self.settings = settings
         self.model = settings.model
         self.rules: Rules = settings.rules
-        self.cache: ClassificationCache | None = settings.cache
+        #: the results in the settings' cache, if any
+        self.results = ResultCache(settings)
         self.tokenizer = tokenizer
         #: the servers, as messages name them
         self.servers = tuple(u.rstrip("/") for u in settings.base_urls)
@@ -320,8 +312,8 @@ class Procedure:
         in the cache, checked for length, asked and combined into its result once, and the
         result goes to every input with that body."""
         level = _Level(inputs, plan, examples)
-        keys = self._cache_keys(plan, node, level.bodies)
-        outcome: dict[str, Any] = self._cached(plan, keys)
+        keys = self.results.keys(plan, node, level.bodies)
+        outcome: dict[str, Any] = self.results.lookup(plan, keys)
         #: token ids of bodies tokenised here for their length check, to send as they are
         prompt_of: dict[str, list[int]] = {}
         unsure = [b for b in level.bodies if b not in outcome and _may_be_too_long(plan, b)]
@@ -330,39 +322,13 @@ class Procedure:
         else:
             yield from _local_length_steps(plan, unsure, outcome, prompt_of)
         pending = [b for b in level.bodies if outcome.get(b) is None]
-        finisher = _Finisher(functools.partial(self._made, plan)) if _one_step(plan) else None
+        finisher = Finisher(functools.partial(self._made, plan)) if one_step(plan) else None
         answers = yield from self._ask_steps(plan, pending, prompt_of, sizes, finisher)
         made = finisher.finish() if finisher is not None else {}
         for body in pending:
             outcome[body] = made[body] if body in made else self._combined(plan, [step[body] for step in answers])
-        self._store(keys, pending, outcome)
+        self.results.store(keys, pending, outcome)
         return level.results(outcome)
-
-    def _cache_keys(self, plan: ClassifierPlan, node: Node, bodies: list[str]) -> dict[str, str]:
-        """Each body's cache key (none without a cache)."""
-        if self.cache is None:
-            return {}
-        fingerprint = self._fingerprint(plan, node)
-        return {b: hashlib.sha256(f"{fingerprint}\0{b}".encode()).hexdigest() for b in bodies}
-
-    def _cached(self, plan: ClassifierPlan, keys: Mapping[str, str]) -> dict[str, Any]:
-        """The cached results of the bodies of ``keys``; a corrupt entry is a miss."""
-        if self.cache is None or not keys:
-            return {}
-        body_of = {k: b for b, k in keys.items()}
-        found = {}
-        for key, cached in _looked_up(self.cache, list(body_of)).items():
-            try:
-                found[body_of[key]] = _result_type(plan).model_validate(cached)
-            except ValueError as exc:
-                _log.warning("cache entry %s unreadable, asked again: %s", key[:12], exc)
-        return found
-
-    def _store(self, keys: Mapping[str, str], asked: list[str], outcome: Mapping[str, Any]) -> None:
-        """The asked bodies' fresh results into the cache, if any."""
-        if self.cache is not None:
-            fresh = [b for b in asked if isinstance(outcome[b], (Classification, Decided))]
-            _store(self.cache, {keys[b]: outcome[b].model_dump(mode="json") for b in fresh})
 
     def _server_length_steps(self, plan: ClassifierPlan, unsure: list[str], outcome: dict[str, Any]) -> Steps[None]:
         """The server's token count of each body that may be too long: its length error (or
@@ -375,14 +341,13 @@ class Procedure:
     def _combined(self, plan: ClassifierPlan, answers: list[Any]) -> Any:
         """A body's result from its steps' answers, or the error one of them ended with."""
         if not isinstance(plan, DecisionPlan):
-            return self._made(plan, _prediction(plan, answers))
-        failed = next((a for a in answers if isinstance(a, Exception)), None)
-        if failed is not None:
-            return failed
-        try:
-            return Decided(answers=[self._result(_predicted(part, got), part) for part, got in plan.split(answers)])
-        except QwenFastError as exc:
-            return exc
+            return self._made(plan, prediction_of(plan, answers))
+        return combined(
+            answers,
+            lambda got: Decided(
+                answers=[self._result(_predicted(part, steps), part) for part, steps in plan.split(got)]
+            ),
+        )
 
     def _made(self, plan: ClassifierPlan, prediction: Prediction | Exception) -> Any:
         """A body's result from its prediction, or the error it ended with."""
@@ -399,7 +364,7 @@ class Procedure:
         bodies: list[str],
         prompt_of: Mapping[str, list[int]],
         sizes: _Sizes,
-        finisher: _Finisher | None = None,
+        finisher: Finisher | None = None,
     ) -> Steps[list[dict[str, Any]]]:
         """Every step of every body, asked as one :class:`PromptBatch` a kind of step (the
         transport cuts each into requests as the servers' windows allow); each answer, or the
@@ -414,23 +379,23 @@ class Procedure:
                 for run, per_request in runs
             ]
             replies = yield batches
-            again: list[tuple[_Group, int | None]] = []
+            again: list[tuple[Group, int | None]] = []
             for (run, _), pieces in zip(runs, replies, strict=True):
                 for piece in pieces:
                     group = run[piece.start : piece.stop]
                     if splits_group(piece.result) and len(group) > 1:
                         again.append((group, len(group) // 2))
                         continue
-                    _record(plan, group, piece, answers, sizes.usage)
+                    record(plan, group, piece, answers, sizes.usage)
             runs = again
         return answers
 
     def _run_call(
         self,
         plan: ClassifierPlan,
-        run: _Group,
+        run: Group,
         prompt_of: Mapping[str, list[int]],
-        finisher: _Finisher | None,
+        finisher: Finisher | None,
         start: int,
         stop: int,
     ) -> Call:
@@ -440,11 +405,12 @@ class Procedure:
     def _group_call(
         self,
         plan: ClassifierPlan,
-        group: _Group,
+        group: Group,
         prompt_of: Mapping[str, list[int]],
-        finisher: _Finisher | None = None,
+        finisher: Finisher | None = None,
     ) -> Call:
-        """The request for ``group``, its reply read as :class:`_GroupReply` where it arrives.
+        """The request for ``group``, its reply read as
+        :class:`~langchain_qwen_fast._core.replies.GroupReply` where it arrives.
         With a local tokenizer, prompts not yet tokenised are tokenised when the request is
         sent. With a ``finisher`` (a one-step plan: each answer is all a body's prediction
         needs) the reader makes the predictions too and hands them to it: made while the other
@@ -456,7 +422,7 @@ class Procedure:
         else:
             prompts = functools.partial(_encoded, plan, group, prompt_of)
         method, path, body = vllm_api.classify_call(plan, self.model, step, prompts)
-        read = functools.partial(_read_group, plan, tuple(group), finisher)
+        read = functools.partial(read_group, plan, tuple(group), finisher)
         return method, path, body, read
 
     def _result(self, prediction: Prediction, plan: ClassifierPlan) -> Classification:
@@ -481,27 +447,6 @@ class Procedure:
         label = labels[prediction.best]
         return classification_of({"label": label, "labels": [label], "scores": scores, "scoring": scoring})
 
-    def _fingerprint(self, plan: ClassifierPlan, node: Node) -> str:
-        """Everything but the text that decides a result: every setting that changes answers
-        (:func:`~langchain_qwen_fast._core.fingerprints.answer_settings`; not the URLs, the
-        key or the timeouts), and what the set-up learnt of the served model: the prompt
-        head, the steps and how scores are read."""
-        layout = {
-            "settings": answer_settings(self.settings),
-            "node": list(node),
-            "scoring": plan.scoring,
-            "head": plan.head,
-            "steps": [[s.tail, s.path_text, list(s.allowed), list(s.path)] for s in plan.steps],
-            "labels": list(plan.label_set.labels),
-            "multi_label": plan.label_set.multi_label,
-            "logprob_token_ids": plan.has_logprob_token_ids,
-            # the served weights (as the server names them) and this release's procedure:
-            # redeployed weights, or a release that reads scores differently, miss old entries
-            "served": plan.served,
-            "release": _release(),
-        }
-        return hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()
-
 
 @dataclass
 class PromptLists:
@@ -509,10 +454,6 @@ class PromptLists:
     prompts in one request (None: not yet known)."""
 
     taken: bool | None = None
-
-
-#: A group of prompts asked in one request: (body, step) pairs.
-_Group = list[tuple[str, int]]
 
 
 @dataclass(frozen=True)
@@ -565,11 +506,6 @@ def _predicted(part: ClassifierPlan, answers: Sequence[Any]) -> Prediction:
     return vllm_api.combine(part, answers) if part.steps else Prediction(0, (1.0,))
 
 
-def _result_type(plan: ClassifierPlan) -> type[Classification] | type[Decided]:
-    """What a body's result under ``plan`` is (and its cache entry holds)."""
-    return Decided if isinstance(plan, DecisionPlan) else Classification
-
-
 def _may_be_too_long(plan: ClassifierPlan, body: str) -> bool:
     """Whether ``body`` may not fit the plan's budget: UTF-8 bytes bound byte-level BPE tokens
     from above, so only bodies with more bytes than the budget need an exact count."""
@@ -596,7 +532,7 @@ def _local_length_steps(
 _TEXT_BLOCK_CHARS = 16384
 
 
-def _runs(plan: ClassifierPlan, bodies: list[str]) -> list[_Group]:
+def _runs(plan: ClassifierPlan, bodies: list[str]) -> list[Group]:
     """Every step of every body, in runs the transport sends in turn: steps asked with the
     same answer tokens share requests (a multi-label text's label questions sit side by side,
     so the server's prefix cache keeps the text for all). Where the steps ask for answer
@@ -606,36 +542,20 @@ def _runs(plan: ClassifierPlan, bodies: list[str]) -> list[_Group]:
     cache for the others (asked at once, they would be computed side by side, each in full;
     asked a whole batch apart, the cache would have let the text go)."""
     kinds = list(dict.fromkeys(step.allowed for step in plan.steps))
-    runs: list[_Group] = []
+    runs: list[Group] = []
     start = 0
     while start < len(bodies):
         stop, chars = start, 0
         while stop < len(bodies) and (len(kinds) == 1 or chars < _TEXT_BLOCK_CHARS):
             chars += len(bodies[stop])
             stop += 1
-        of_kind: dict[tuple[int, ...], _Group] = {kind: [] for kind in kinds}
+        of_kind: dict[tuple[int, ...], Group] = {kind: [] for kind in kinds}
         for body in bodies[start:stop]:
             for k, step in enumerate(plan.steps):
                 of_kind[step.allowed].append((body, k))
         runs += of_kind.values()
         start = stop
     return runs
-
-
-def _record(
-    plan: ClassifierPlan, group: _Group, piece: Piece, answers: list[dict[str, Any]], usage: UsageLedger | None
-) -> None:
-    """A request's reply (or the error it ended with) as its prompts' answers, and its token
-    counts into ``usage``."""
-    reply = piece.result
-    if isinstance(reply, Exception):
-        for body, k in group:
-            answers[k][body] = reply
-        return
-    for (body, k), answer in zip(group, reply.answers, strict=True):
-        answers[k][body] = answer
-    if usage is not None:
-        usage.record_counts(reply.counts, [(b, plan.steps[k].tail) for b, k in group])
 
 
 def _prompt(plan: ClassifierPlan, prompt_of: Mapping[str, list[int]], body: str, step: int) -> Prompt:
@@ -648,7 +568,7 @@ def _prompt(plan: ClassifierPlan, prompt_of: Mapping[str, list[int]], body: str,
     return plan.head + body + tail.tail + tail.path_text
 
 
-def _encoded(plan: ClassifierPlan, group: _Group, prompt_of: Mapping[str, list[int]]) -> list[Prompt]:
+def _encoded(plan: ClassifierPlan, group: Group, prompt_of: Mapping[str, list[int]]) -> list[Prompt]:
     """A group's prompts as token ids, its bodies not yet tokenised tokenised now."""
     fresh = [b for b in dict.fromkeys(b for b, _ in group) if b not in prompt_of]
     ids = dict(zip(fresh, plan.encode_bodies(fresh), strict=True))
@@ -664,96 +584,6 @@ def _constrained_choice(plan: ClassifierPlan) -> ClassifierPlan:
         max_tokens=constrained_choice_max_tokens(plan.label_set),
         has_logprob_token_ids=False,
     )
-
-
-@dataclass(frozen=True)
-class _GroupReply:
-    """A group's reply as read where it arrived: each prompt's answer (its step's scores, or
-    the error its item ended with), in the group's order, and the reply's token counts."""
-
-    answers: list[Any]
-    counts: TokenCounts | None
-
-
-def _read_group(
-    plan: ClassifierPlan, group: tuple[tuple[str, int], ...], finisher: _Finisher | None, reply: Any
-) -> _GroupReply:
-    """A group's decoded reply, for its (body, step) prompts, as a :class:`_GroupReply`; with
-    a ``finisher``, each prompt's prediction (or error) handed to it under its body."""
-    try:
-        items = vllm_api.reply_items(plan, reply)
-    except ResponseFormatError as error:
-        return _GroupReply([error] * len(group), None)
-    answers: list[Any] = []
-    for position, (_, k) in enumerate(group):
-        item = items.get(position)
-        if item is None:
-            answers.append(ResponseFormatError(f"reply has no choice for prompt {position} of its group"))
-            continue
-        try:
-            answers.append(vllm_api.parse_item(plan, k, item))
-        except QwenFastError as exc:
-            answers.append(exc)
-    if finisher is not None:
-        finisher.add([(body, _prediction(plan, [answer])) for (body, _), answer in zip(group, answers, strict=True)])
-    return _GroupReply(answers, parse_usage(reply))
-
-
-def _prediction(plan: ClassifierPlan, answers: list[Any]) -> Prediction | Exception:
-    """A text's prediction from its steps' answers, or the error one of them (or their
-    combination) ended with."""
-    for answer in answers:  # a loop, not a generator: this runs once a text
-        if isinstance(answer, Exception):
-            return answer
-    try:
-        return vllm_api.combine(plan, answers)
-    except QwenFastError as exc:
-        return exc
-
-
-#: Results a finisher makes at a time. Made one reply at a time, a batch's result objects
-#: would reach the collector's oldest generation a few at a time and set off its full passes
-#: several times a batch; made in blocks, about as often as when all are made at the end.
-_RESULTS_PER_BLOCK = 2048
-
-
-def _one_step(plan: ClassifierPlan) -> bool:
-    """Whether each text's prediction needs one answer only, so its reply alone gives it."""
-    return len(plan.steps) == 1 and not isinstance(plan, DecisionPlan)
-
-
-class _Finisher:
-    """A level's results, made while its requests are out: the readers hand each reply's
-    predictions here, and every ``_RESULTS_PER_BLOCK`` of them are made into results at once
-    (``make``: a prediction or error to the body's result). Readers may run on several
-    threads (the sync transport's), hence the lock around what waits."""
-
-    def __init__(self, make: Callable[[Prediction | Exception], Any]) -> None:
-        self._make = make
-        self._waiting: list[tuple[str, Prediction | Exception]] = []
-        self._made: dict[str, Any] = {}
-        self._lock = threading.Lock()
-
-    def add(self, predicted: list[tuple[str, Prediction | Exception]]) -> None:
-        """Take a reply's predictions; make a block of results if one is due."""
-        with self._lock:
-            self._waiting += predicted
-            if len(self._waiting) < _RESULTS_PER_BLOCK:
-                return
-            ready, self._waiting = self._waiting, []
-        self._make_all(ready)
-
-    def finish(self) -> dict[str, Any]:
-        """Every body's result handed in so far, the last ones made now."""
-        with self._lock:
-            ready, self._waiting = self._waiting, []
-        self._make_all(ready)
-        return self._made
-
-    def _make_all(self, ready: list[tuple[str, Prediction | Exception]]) -> None:
-        made = {body: self._make(prediction) for body, prediction in ready}
-        with self._lock:
-            self._made.update(made)
 
 
 def _with_path(result: Classification) -> Classification:
@@ -772,24 +602,6 @@ def _below(parent: Classification, child: Classification) -> Classification:
             "path_scores": [*(parent.path_scores or []), child.scores or {}],
         }
     )
-
-
-def _looked_up(cache: ClassificationCache, keys: list[str]) -> dict[str, Any]:
-    """The cache's entries for ``keys``; none (every key a miss) when the cache fails: a cache
-    only saves work, it never costs a batch its results."""
-    try:
-        return cache.lookup(keys)
-    except Exception as exc:
-        _log.warning("cache lookup failed, %d texts asked again: %s: %s", len(keys), type(exc).__name__, exc)
-        return {}
-
-
-def _store(cache: ClassificationCache, values: dict[str, Any]) -> None:
-    """Store ``values`` in the cache; a failure is logged and the results go on."""
-    try:
-        cache.update(values)
-    except Exception as exc:
-        _log.warning("cache update failed, %d results not kept: %s: %s", len(values), type(exc).__name__, exc)
 
 
 def _length_error(plan: ClassifierPlan, reply: Any) -> QwenFastError | None:

@@ -10,8 +10,9 @@ Modules: ``tables`` (the formats, CSV, JSONL, Parquet and stdin, and a row's tex
 ``questions`` (a question set answered about every row instead: the questions file and the
 answers' columns), ``answerers`` (what answers a chunk's rows: a classifier's labels or the
 questions), ``parts`` (the work folder: the committed chunks a resumed job carries on from, and the lock
-that lets one run at a time work on them), ``job`` (:class:`ClassifyOptions`,
-:func:`classify_table`; it stops with :class:`~langchain_qwen_fast.errors.JobStopped` when the
+that lets one run at a time work on them), ``options`` (:class:`ClassifyOptions`, a job's
+flags and their checks), ``restart`` (what a restart checks before carrying on), ``job``
+(:func:`classify_table`; it stops with :class:`~langchain_qwen_fast.errors.JobStopped` when the
 servers fail, too many rows have input errors or it is interrupted), ``review`` (the review queue in ``qwen-fast
 train``'s layout), ``summary`` (the report and the confidence histogram); on Ray (the ``ray``
 extra), ``ray_data`` (:class:`ClassifyStage`, a stage for your own Ray Data pipeline),
@@ -26,7 +27,8 @@ from typing import TYPE_CHECKING
 from langchain_qwen_fast._extras import lazy_exports
 
 if TYPE_CHECKING:
-    from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
+    from langchain_qwen_fast.jobs.job import classify_table
+    from langchain_qwen_fast.jobs.options import ClassifyOptions
     from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor
     from langchain_qwen_fast.jobs.ray_job import RayOptions, classify_dataset
 
@@ -45,7 +47,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "ClassifyOptions": "langchain_qwen_fast.jobs.job",
+        "ClassifyOptions": "langchain_qwen_fast.jobs.options",
         "classify_table": "langchain_qwen_fast.jobs.job",
         "ClassifyStage": "langchain_qwen_fast.jobs.ray_data",
         "HTTPServers": "langchain_qwen_fast.jobs.ray_data",

@@ -33,7 +33,7 @@ Rules that keep every row once, in order, and nothing else's:
   every input row it was read from (stdin too); a restart reads those rows again and refuses
   (:class:`ConfigurationError`) at the first that differs, naming it, or when the input ends
   before them. Started again with other options, it refuses too, naming what differs, unless
-  ``fresh``; a work folder with no finished chunk is simply started over.
+  ``fresh``; a work folder with no finished chunk is simply started over (:mod:`.restart`).
 * **One run at a time.** A run holds the work folder's lock for its life (its table process
   with it, which it waits for before letting go); a second run on the same output refuses at
   once. ``review_out`` may be neither the input nor the output, nor the
@@ -68,38 +68,23 @@ import orjson
 from langchain_qwen_fast._core.decisions import DecisionOutcome
 from langchain_qwen_fast._extras import require_extra
 from langchain_qwen_fast.errors import (
-    ConfigurationError,
     DataFileError,
     InfrastructureFailure,
     JobInterrupted,
     TooManyInputErrors,
     is_input_error,
 )
-from langchain_qwen_fast.jobs.answerers import (
-    LabelAnswerer,
-    Result,
-    RowAnswerer,
-    check_classifier_choice,
-    check_no_classifier,
-    named_classifier,
-)
+from langchain_qwen_fast.jobs.answerers import LabelAnswerer, Result, RowAnswerer, named_classifier
 from langchain_qwen_fast.jobs.columns import ClassifiedColumns, classified_table, error_text, result_table
-from langchain_qwen_fast.jobs.parts import (
-    MANIFEST_VERSION,
-    CommittedChunk,
-    WorkFolder,
-    atomic_bytes,
-    encode_digests,
-    part_files,
-    saved_rows,
-    work_folder,
-)
-from langchain_qwen_fast.jobs.questions import GivenQuestions, QuestionAsker, decision_model, load_questions
+from langchain_qwen_fast.jobs.options import ClassifyOptions
+from langchain_qwen_fast.jobs.parts import WorkFolder, atomic_bytes, encode_digests, part_files, saved_rows, work_folder
+from langchain_qwen_fast.jobs.questions import QuestionAsker, decision_model, load_questions
 from langchain_qwen_fast.jobs.readers import table_reader
-from langchain_qwen_fast.jobs.review import ReviewChunk, ReviewOptions, write_review
+from langchain_qwen_fast.jobs.restart import check_same_columns, check_same_input, fingerprint, resumable
+from langchain_qwen_fast.jobs.review import ReviewChunk, write_review
 from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram, total
 from langchain_qwen_fast.jobs.table_side import ReadChunk, Tables, TableSide, open_tables
-from langchain_qwen_fast.jobs.tables import ROW_DIGEST_BYTES, STDIN, Format, InputRow, TextSource, format_of
+from langchain_qwen_fast.jobs.tables import Format, InputRow, TextSource, format_of
 from langchain_qwen_fast.jobs.writers import OutputTable, join_parts, write_columns, write_part
 
 if TYPE_CHECKING:
@@ -115,110 +100,6 @@ COMMITS_AHEAD = 4
 #: Chunks asked of the table side ahead of those being classified: the next is read while the
 #: job's event loop is busy with replies, so a chunk is ready when one is done.
 READ_AHEAD = 2
-
-
-@dataclass(frozen=True)
-class ClassifyOptions:
-    """One classification job; each field has a ``qwen-fast classify`` flag of the same name
-    (``input`` is the positional argument, ``out`` is ``--out``)."""
-
-    input: str
-    out: str
-    #: a saved classifier (``qwen-fast train``'s output, or ``QwenClassifier.save``'s file)
-    classifier: str | None = None
-    #: the labels, without ``classifier``
-    labels: tuple[str, ...] | None = None
-    multi_label: bool = False
-    abstain_below: float | None = None
-    #: the server (default: the saved classifier's, else ``QWEN_FAST_BASE_URL``, else local)
-    base_url: str | None = None
-    #: the served model name (default: the saved classifier's, else qwen3)
-    model: str | None = None
-    #: generate or head (default: the saved classifier's, else generate)
-    mode: str | None = None
-    #: csv, jsonl or parquet (default: from the file's name; needed for stdin)
-    input_format: str | None = None
-    output_format: str | None = None
-    #: the text's column or key (else title and description)
-    text_column: str = "text"
-    #: rows per chunk: per engine call and per part file (None: as many as keep every request
-    #: in flight full, asked of the engine as each chunk is read: what its servers' windows
-    #: hold then, which follows what they answer; at least ``MIN_CHUNK_ROWS``)
-    chunk_rows: int | None = None
-    #: chunks being classified at once
-    chunks_in_flight: int = 3
-    #: the review file (CSV or JSONL), with ``review_below`` and/or ``review_sample``
-    review_out: str | None = None
-    review_below: float | None = None
-    review_sample: int = 0
-    review_seed: int = 0
-    #: a progress bar on stderr
-    progress: bool = True
-    #: the confidence histogram PNG
-    histogram: bool = True
-    #: discard an interrupted job's work folder and start over
-    fresh: bool = False
-    #: the share of rows (0 to 1) with input errors over which the job stops; None: stop only
-    #: on a systematic error (a chunk whose rows all fail alike); 1: never stop
-    max_error_rate: float | None = None
-    #: questions to answer about every row instead of a classifier's labels: a questions
-    #: file's path, or the mapping of answer ids to questions (:mod:`.questions`)
-    questions: GivenQuestions | None = None
-
-    def review(self) -> ReviewOptions | None:
-        """The review queue's options, None without ``review_out``."""
-        if self.review_out is None:
-            return None
-        return ReviewOptions(self.review_out, self.review_below, self.review_sample, self.review_seed)
-
-    def check(self) -> None:
-        """:class:`ConfigurationError` for options that cannot work (before anything is read)."""
-        if self.questions is None:
-            check_classifier_choice(self.classifier, self.labels, self.multi_label, flags=True)
-        else:
-            self._check_questions()
-        if (self.chunk_rows is not None and self.chunk_rows < 1) or self.chunks_in_flight < 1:
-            raise ConfigurationError("--chunk-rows and --chunks-in-flight must be at least 1")
-        if self.out == STDIN:
-            raise ConfigurationError("--out must be a file (its work folder and report go beside it)")
-        if self.max_error_rate is not None and not 0.0 <= self.max_error_rate <= 1.0:
-            raise ConfigurationError(f"--max-error-rate must be within [0, 1], got {self.max_error_rate}")
-        if same_file(self.input, self.out):
-            raise ConfigurationError(f"--out is the input file: {self.out}")
-        if self.review_out is not None:
-            for name, other in (("the input file", self.input), ("the --out file", self.out)):
-                if same_file(self.review_out, other):
-                    raise ConfigurationError(f"--review-out is {name}: {self.review_out}")
-        review = self.review()
-        if review is None:
-            if self.review_below is not None or self.review_sample:
-                raise ConfigurationError("--review-below and --review-sample need --review-out FILE")
-            return
-        if review.below is None and not review.sample:
-            raise ConfigurationError("--review-out needs --review-below P and/or --review-sample N")
-        review.check()
-
-    def _check_questions(self) -> None:
-        """With questions: none of the flags that are a classifier's."""
-        check_no_classifier(self.classifier, self.labels, self.multi_label, self.mode, flags=True)
-        if self.review_out is not None:
-            raise ConfigurationError(
-                "--review-out is for a classifier's labels; --questions asks its own questions (give one of them)"
-            )
-
-
-def same_file(a: str, b: str) -> bool:
-    """Whether two paths name one file: the same path once resolved (links followed), or, where
-    both exist, the same file (a hard link). Stdin is no file."""
-    if STDIN in (a, b):
-        return False
-    first, second = Path(a), Path(b)
-    if first.resolve() == second.resolve():
-        return True
-    try:
-        return os.path.samefile(first, second)
-    except OSError:  # one of them does not exist (yet)
-        return False
 
 
 def build_answerer(
@@ -246,67 +127,6 @@ def build_classifier(options: ClassifyOptions) -> EngineClassifier:
         mode=options.mode,
         abstain_below=options.abstain_below,
     )
-
-
-#: How each fingerprint field is named when a restart differs from the folder's job.
-_NAMES = {
-    "input": "the input",
-    "input_format": "--input-format",
-    "output_format": "--output-format",
-    "text_column": "--text-column",
-    "classifier": "--classifier",
-    # the engine's settings (answer_settings) by the flag or the classifier's field that sets
-    # them; any other is named as the engine names it
-    "label_sets.labels": "--labels",
-    "label_sets.multi_label": "--multi-label",
-    "rules.abstain_below": "--abstain-below",
-    "model": "--model",
-    "mode": "--mode",
-    "label_sets.layout": "prompt_layout",
-    "rules.thresholds": "threshold",
-    "rules.temperature": "temperature",
-    "label_sets.instructions": "instructions",
-    "label_sets.descriptions": "label_descriptions",
-    "label_sets.examples": "examples",
-    "review_below": "--review-below",
-    "review_sample": "--review-sample",
-    "review_seed": "--review-seed",
-    "questions": "--questions",
-}
-
-
-def fingerprint(options: ClassifyOptions, answerer: RowAnswerer, kinds: tuple[Format, Format]) -> dict[str, Any]:
-    """What must be the same for a restart to carry on an interrupted job: how the input is
-    read and the output written, every setting of the classifier's engine (or the questions
-    model's) that changes answers, the questions, and the review rules. The server, the chunk
-    sizes and the error rate may change; the input itself is checked row by row against the
-    digests of the finished chunks (and may come from another path)."""
-    review = options.review()
-    return {
-        "input_format": kinds[0],
-        "output_format": kinds[1],
-        "text_column": options.text_column,
-        "classifier": str(Path(options.classifier).resolve()) if options.classifier else None,
-        **answerer.fingerprint(),
-        "review_below": review.below if review else None,
-        "review_sample": review.sample if review else 0,
-        "review_seed": review.seed if review else 0,
-    }
-
-
-def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """Each field that differs, as ``--labels differ: A,B vs A,C`` (saved first)."""
-
-    def shown(value: Any) -> str:
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return ",".join(value)
-        return "none" if value is None else str(value)
-
-    found = []
-    for key in sorted(set(saved) | set(now), key=lambda k: list(_NAMES).index(k) if k in _NAMES else len(_NAMES)):
-        if orjson.dumps(saved.get(key)) != orjson.dumps(now.get(key)):
-            found.append(f"{_NAMES.get(key, key)} differ: {shown(saved.get(key))} vs {shown(now.get(key))}")
-    return found
 
 
 def renamed_columns(columns: list[str], added: list[str]) -> dict[str, str]:
@@ -428,73 +248,26 @@ class _Job:
         scan = self.kinds[1] != "jsonl"
         reader = table_reader(options.input, self.kinds[0], TextSource(options.text_column), scan_keys=scan)
         now = fingerprint(options, self.answerer, self.kinds)
-        manifest, chunks = self._resumable(now)
+        manifest, chunks = resumable(self.folder, now, fresh=options.fresh)
         done = sum(chunk.rows for chunk in chunks)
         finished = total(chunk.digest() for chunk in chunks)
         self.finished_rows, self.finished_errors = finished.rows, finished.errors
         self.saved_rows = done
         expected = reader.count() if options.progress else None  # the bar's total, read first
         rows = reader.rows()
-        await self._check_same_input(rows, chunks, done)
+        await check_same_input(rows, chunks, options.input, self.folder)
         first = [] if chunks else list(itertools.islice(rows, 1))  # the reader knows its columns from here
         columns = list(reader.columns or [])
         if manifest is None:
             self.folder.start(now, columns)
-        elif list(manifest["columns"]) != columns:
-            raise ConfigurationError(
-                f"{self._input_name()} has other columns than the input of the interrupted job in "
-                f"{self.folder.path}: {columns} vs {manifest['columns']}{_AGAIN}"
-            )
+        else:
+            check_same_columns(manifest, columns, options.input, self.folder)
         self.renames = renamed_columns(columns, self.added)
         self.source_columns = columns
         kept = [self.renames.get(name, name) for name in columns]
         self.table = OutputTable(self.kinds[1], kept, self.added, reader.arrow_schema, self.answerer.text_columns)
         classified = await self._stream(itertools.chain(first, rows), done, expected)
         return self._finish(done, classified, time.perf_counter() - started)
-
-    def _input_name(self) -> str:
-        return "stdin" if self.options.input == STDIN else self.options.input
-
-    def _resumable(self, now: dict[str, Any]) -> tuple[dict[str, Any] | None, list[CommittedChunk]]:
-        """The interrupted job's manifest and finished chunks to carry on from; ``(None, [])``
-        to start over (``fresh``, no folder, or a folder with no finished chunk, which holds
-        nothing to lose). :class:`ConfigurationError` when they are another job's."""
-        manifest = None if self.options.fresh else self.folder.manifest()
-        chunks = self.folder.chunks() if manifest is not None else []
-        if manifest is None or not chunks:
-            return None, []
-        if manifest.get("version") != MANIFEST_VERSION:
-            raise ConfigurationError(f"{self.folder.path} is from another release; remove it or pass --fresh")
-        found = differences(manifest["fingerprint"], now)
-        if found:
-            raise ConfigurationError(
-                f"{self.folder.path} holds an interrupted job with other options: {'; '.join(found)} "
-                "(run it with the same options to finish it, or pass --fresh to start over)"
-            )
-        return manifest, chunks
-
-    async def _check_same_input(self, rows: Iterator[InputRow], chunks: list[CommittedChunk], done: int) -> None:
-        """Read the rows the finished chunks were read from, comparing each one's digest with
-        the one kept; :class:`ConfigurationError` naming the first that differs. It yields to
-        the event loop between chunks, so that an interrupt during a long check stops it
-        there."""
-        at = 0
-        for chunk in chunks:
-            await asyncio.sleep(0)
-            kept = chunk.input_digests()
-            for offset in range(chunk.rows):
-                row = next(rows, None)
-                if row is None:
-                    raise ConfigurationError(
-                        f"{self._input_name()} has {at} rows, fewer than the {done} that the interrupted job in "
-                        f"{self.folder.path} finished: it is not the input that job read{_AGAIN}"
-                    )
-                if row.digest != kept[offset * ROW_DIGEST_BYTES : (offset + 1) * ROW_DIGEST_BYTES]:
-                    raise ConfigurationError(
-                        f"{self._input_name()} is not the input the interrupted job in {self.folder.path} read: "
-                        f"its row {at + 1} ({row.place}) differs{_AGAIN}"
-                    )
-                at += 1
 
     async def _stream(self, rows: Iterator[InputRow], start: int, expected: int | None) -> int:
         """Classify and commit every remaining row; returns how many. The rows are read and
@@ -770,8 +543,6 @@ class _Job:
 
 #: How a job stopped by the servers ends its message.
 _RESUME = " Run the same command again once the server answers: it carries on from there"
-#: How a refused restart ends its message.
-_AGAIN = " (run it with the input that job read to finish it, or pass --fresh to start over)"
 
 
 def _progress(enabled: bool, expected: int | None, done: int) -> Any:

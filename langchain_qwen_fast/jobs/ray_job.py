@@ -1,6 +1,6 @@
 """``qwen-fast classify --ray``: a job as a Ray Data pipeline, the ``ray`` extra.
 
-    from langchain_qwen_fast.jobs.job import ClassifyOptions
+    from langchain_qwen_fast.jobs.options import ClassifyOptions
     from langchain_qwen_fast.jobs.ray_job import RayOptions, classify_dataset
 
     job = ClassifyOptions("s3://bucket/news/*.jsonl", "s3://bucket/labelled/",
@@ -52,10 +52,11 @@ from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError, InfrastructureFailure, RecordedError
 from langchain_qwen_fast.jobs.answerers import RowAnswerer
 from langchain_qwen_fast.jobs.columns import probability_column
-from langchain_qwen_fast.jobs.job import ClassifyOptions, differences, fingerprint
+from langchain_qwen_fast.jobs.options import ClassifyOptions
 from langchain_qwen_fast.jobs.questions import outcome_of
 from langchain_qwen_fast.jobs.ray_data import ClassifyStage, HTTPServers, VLLMInActor, peak_rss_mib, stage_of
 from langchain_qwen_fast.jobs.ray_read import EXTENSIONS, ROW_ID_COLUMN, read_table, row_id
+from langchain_qwen_fast.jobs.restart import differences, fingerprint
 from langchain_qwen_fast.jobs.review import ReviewChunk, write_review
 from langchain_qwen_fast.jobs.summary import Counts, JobReport, draw_histogram
 from langchain_qwen_fast.jobs.tables import STDIN, Format, TextSource, format_of

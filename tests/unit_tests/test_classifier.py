@@ -28,7 +28,7 @@ from langchain_qwen_fast import (
     ServerStatusError,
     ServerTimeoutError,
 )
-from langchain_qwen_fast._core import procedure
+from langchain_qwen_fast._core import replies
 from langchain_qwen_fast._core.prompting import PROMPT_SUFFIX
 from langchain_qwen_fast._core.settings import EngineSettings
 from langchain_qwen_fast.errors import ConfigurationError, DataFileError
@@ -243,7 +243,7 @@ def test_results_made_in_blocks_on_the_sync_path_s_threads_are_every_text_s(
     repeat and swap nothing."""
     texts = headlines(200) + headlines(40)  # duplicates share a body and its result
     want = make(FakeVLLM(), batch_size=7, max_concurrency=4).batch(texts)
-    monkeypatch.setattr(procedure, "_RESULTS_PER_BLOCK", 5)
+    monkeypatch.setattr(replies, "RESULTS_PER_BLOCK", 5)
     assert make(fake, batch_size=7, max_concurrency=4).batch(texts) == want
 
 

@@ -16,8 +16,9 @@ import pytest
 from langchain_qwen_fast import QwenClassifier
 from langchain_qwen_fast.cli import classify as command
 from langchain_qwen_fast.errors import ConfigurationError
-from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table, differences
+from langchain_qwen_fast.jobs.job import ClassifyOptions, classify_table
 from langchain_qwen_fast.jobs.parts import WorkFolder, work_folder
+from langchain_qwen_fast.jobs.restart import differences
 from langchain_qwen_fast.testing.samples import headlines
 from tests.support.cli import parse_command
 from tests.support.fake_vllm import FakeVLLM, prompts_in, prompts_of
