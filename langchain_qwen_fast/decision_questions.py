@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.decisions import Box, Choice, Noul, Question, Score
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from langchain_qwen_fast._core.decisions import DecisionQuestion, QuestionSet
 from langchain_qwen_fast.errors import InvalidInputError
@@ -35,14 +35,9 @@ def engine_question(name: str, question: Any) -> DecisionQuestion:
         raise InvalidInputError(
             f"question {name!r}: a Box locates something in an image, and this model reads text only"
         )
-    if isinstance(parsed, Noul):
-        criteria = parsed.criteria
-        return DecisionQuestion.noul(
-            name, parsed.instructions, criteria.true if criteria else None, criteria.false if criteria else None
-        )
-    if isinstance(parsed, Choice):
-        return DecisionQuestion.choice(name, parsed.instructions, parsed.criteria)
-    return DecisionQuestion.score(name, parsed.instructions, parsed.criteria)
+    # a criteria object (a Noul's) as its fields, the kinds' plain form
+    criteria = dict(parsed.criteria) if isinstance(parsed.criteria, BaseModel) else parsed.criteria
+    return DecisionQuestion.of(parsed.type, name, parsed.instructions, criteria)
 
 
 __all__ = ["engine_question", "question_set"]
