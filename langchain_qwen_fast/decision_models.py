@@ -355,7 +355,8 @@ def response_of(outcome: DecisionOutcome, model: str) -> ClassifierResponse:
             raise InvalidInputError(
                 f"question {answered.question.name!r}: LangChain has no answer type for a {kind.name}"
             )
-        answers[answered.question.name] = answer_type(type=kind.name, **kind.plain_answer(answered))
+        fields: dict[str, Any] = {"type": kind.name, **kind.plain_answer(answered)}
+        answers[answered.question.name] = answer_type(**fields)
     usage: dict[str, Any] = {"input_tokens": outcome.usage.prompt, "output_tokens": outcome.usage.output}
     if outcome.usage.cached is not None:
         usage["input_token_details"] = {"cache_read": outcome.usage.cached}
