@@ -3,7 +3,9 @@ probabilities in one decode step. Pure: no I/O, no LangChain.
 
 A request is a state (text, a conversation, or JSON) and a :class:`QuestionSet`. Every
 question becomes a label set of its own: a ``choice`` its labels, a ``noul`` ``yes`` and
-``no``, a ``score`` its levels ``0`` .. ``n-1``. The prompt puts what is shared first, so
+``no``, a ``score`` its levels ``0`` .. ``n-1``. What each kind does differently (its labels, its
+lines in the prompt, its answer and confidence) is its class's, in
+:mod:`~langchain_qwen_fast._core.question_kinds`. The prompt puts what is shared first, so
 that vLLM's prefix cache computes it once:
 
     head     system turn: every question of the set, numbered, with its answers
