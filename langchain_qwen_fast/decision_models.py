@@ -51,6 +51,14 @@ class DecisionRefused(AbstainedError, ModelRefusalError):
     LangChain's decision-model callers (and ``OpenAIClassifier``'s) catch."""
 
 
+#: LangChain's answer type of each question kind, by the kind's name: the one thing of a kind
+#: the engine cannot hold (it imports no LangChain); the kind gives the answer's fields.
+_ANSWER_TYPES: dict[str, type[NoulAnswer | ChoiceAnswer | ScoreAnswer]] = {
+    "noul": NoulAnswer,
+    "choice": ChoiceAnswer,
+    "score": ScoreAnswer,
+}
+
 _ROLES: dict[type[BaseMessage], str] = {
     HumanMessage: "user",
     AIMessage: "assistant",
@@ -341,33 +349,18 @@ def response_of(outcome: DecisionOutcome, model: str) -> ClassifierResponse:
         raise DecisionRefused(f"the model abstained on {', '.join(refused)}")
     answers: dict[str, Any] = {}
     for answered in outcome.answers:
-        question = answered.question
-        if question.kind == "noul":
-            answers[question.name] = NoulAnswer(type="noul", noul=_probability(answered.yes))
-        elif question.kind == "choice":
-            answers[question.name] = ChoiceAnswer(
-                type="choice",
-                choice=answered.choice,
-                probabilities=answered.by_label,
-                confidence=_probability(answered.confidence),
+        kind = answered.question.kind_spec
+        answer_type = _ANSWER_TYPES.get(kind.name)
+        if answer_type is None:
+            raise InvalidInputError(
+                f"question {answered.question.name!r}: LangChain has no answer type for a {kind.name}"
             )
-        else:
-            answers[question.name] = ScoreAnswer(
-                type="score",
-                score=answered.score,
-                legend=dict(enumerate(json.loads(question.legend))),
-                probabilities=dict(enumerate(answered.probabilities)),
-                confidence=_probability(answered.confidence),
-            )
+        fields: dict[str, Any] = {"type": kind.name, **kind.plain_answer(answered)}
+        answers[answered.question.name] = answer_type(**fields)
     usage: dict[str, Any] = {"input_tokens": outcome.usage.prompt, "output_tokens": outcome.usage.output}
     if outcome.usage.cached is not None:
         usage["input_token_details"] = {"cache_read": outcome.usage.cached}
     return ClassifierResponse(model=model, answers=answers, usage=usage)  # type: ignore[arg-type]
-
-
-def _probability(value: float) -> float:
-    """A probability kept within 0..1 (float sums can land a hair outside)."""
-    return min(1.0, max(0.0, value))
 
 
 def _config_list(

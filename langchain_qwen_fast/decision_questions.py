@@ -7,12 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.decisions import Box, Choice, Noul, Question, Score
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from langchain_qwen_fast._core.decisions import DecisionQuestion, QuestionSet
+from langchain_qwen_fast._core.question_kinds import KINDS
 from langchain_qwen_fast.errors import InvalidInputError
 
 _QUESTION = TypeAdapter(Question)
+#: The question types LangChain has (and validates itself).
+_LANGCHAIN_TYPES = frozenset({"noul", "choice", "score", "box"})
 
 
 def question_set(questions: Any) -> QuestionSet:
@@ -24,7 +27,11 @@ def question_set(questions: Any) -> QuestionSet:
 
 
 def engine_question(name: str, question: Any) -> DecisionQuestion:
-    """A LangChain question (or its dict form) as the engine asks it."""
+    """A LangChain question (or its dict form) as the engine asks it; the dict form of a
+    question kind of the engine's own, which LangChain has no type for, as that kind reads it."""
+    own = question.get("type") if isinstance(question, Mapping) else None
+    if isinstance(own, str) and own in KINDS and own not in _LANGCHAIN_TYPES:
+        return DecisionQuestion.of(own, name, question.get("instructions"), question.get("criteria"))
     try:
         parsed = question if isinstance(question, (Noul, Choice, Score, Box)) else _QUESTION.validate_python(question)
     except ValidationError as exc:
@@ -35,14 +42,9 @@ def engine_question(name: str, question: Any) -> DecisionQuestion:
         raise InvalidInputError(
             f"question {name!r}: a Box locates something in an image, and this model reads text only"
         )
-    if isinstance(parsed, Noul):
-        criteria = parsed.criteria
-        return DecisionQuestion.noul(
-            name, parsed.instructions, criteria.true if criteria else None, criteria.false if criteria else None
-        )
-    if isinstance(parsed, Choice):
-        return DecisionQuestion.choice(name, parsed.instructions, parsed.criteria)
-    return DecisionQuestion.score(name, parsed.instructions, parsed.criteria)
+    # a criteria object (a Noul's) as its fields, the kinds' plain form
+    criteria = dict(parsed.criteria) if isinstance(parsed.criteria, BaseModel) else parsed.criteria
+    return DecisionQuestion.of(parsed.type, name, parsed.instructions, criteria)
 
 
 __all__ = ["engine_question", "question_set"]

@@ -272,7 +272,7 @@ def _outcome(questions: QuestionSet, decided: Decided, usage: TokenUsage) -> Dec
         if result.scores is None:  # never under a decision plan: every scoring it uses gives them
             return ResponseFormatError(f"question {question.name!r} got no probabilities")
         probabilities = tuple(result.scores[label] for label in question.labels)
-        refused = result.abstained and question.kind == "choice"
+        refused = result.abstained and question.kind_spec.chooses_label
         answers.append(Answered(question, probabilities, refused))
     return DecisionOutcome(tuple(answers), usage)
 

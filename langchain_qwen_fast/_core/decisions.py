@@ -3,7 +3,9 @@ probabilities in one decode step. Pure: no I/O, no LangChain.
 
 A request is a state (text, a conversation, or JSON) and a :class:`QuestionSet`. Every
 question becomes a label set of its own: a ``choice`` its labels, a ``noul`` ``yes`` and
-``no``, a ``score`` its levels ``0`` .. ``n-1``. The prompt puts what is shared first, so
+``no``, a ``score`` its levels ``0`` .. ``n-1``. What each kind does differently (its labels, its
+lines in the prompt, its answer and confidence) is its class's, in
+:mod:`~langchain_qwen_fast._core.question_kinds`. The prompt puts what is shared first, so
 that vLLM's prefix cache computes it once:
 
     head     system turn: every question of the set, numbered, with its answers
@@ -34,11 +36,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from langchain_qwen_fast._core.content import (
+    MEDIA_TYPES,
+    Turn,
+    content_text,
+    json_value,
+    media_type,
+    optional_text,
+)
 from langchain_qwen_fast._core.prompting import (
     QWEN3,
     SYSTEM_OPEN,
@@ -49,22 +58,8 @@ from langchain_qwen_fast._core.prompting import (
     PromptFormat,
     neutralize_control_tokens,
 )
+from langchain_qwen_fast._core.question_kinds import KINDS, NOUL_LABELS, QuestionKind, kind_named
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError
-
-#: The question types a Qwen decision model answers (``Box`` needs an image: it does not).
-QuestionKind = Literal["noul", "choice", "score"]
-#: A ``noul``'s answers: the probability of the first is the answer.
-NOUL_LABELS = ("yes", "no")
-#: Content blocks that carry media rather than text, in LangChain's and OpenAI's formats.
-MEDIA_TYPES = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "video", "file", "input_file"})
-
-
-def media_type(block: Mapping[str, Any]) -> str | None:
-    """The media type a content block declares (its ``type``, one of :data:`MEDIA_TYPES`), or
-    None: a block of any other type, or whose ``type`` is not text at all."""
-    kind = block.get("type")
-    return kind if isinstance(kind, str) and kind in MEDIA_TYPES else None
-
 
 DECISION_INSTRUCTIONS = (
     "Answer questions about the input in the next user turn. Each question is asked on its own: "
@@ -75,21 +70,14 @@ ONE_QUESTION_INSTRUCTIONS = "Answer the question about the input in the next use
 
 
 @dataclass(frozen=True)
-class Turn:
-    """One message of a conversation, as text: its role (``user``, ``assistant``, ``system``,
-    ``tool``) and its text."""
-
-    role: str
-    text: str
-
-
-@dataclass(frozen=True)
 class DecisionQuestion:
     """One question, as the prompt asks it: its name (the answer's key), its kind, its
     instructions as text, and its answers with their descriptions (None: no description)."""
 
     name: str
-    kind: QuestionKind
+    #: the kind's name (a key of :data:`~langchain_qwen_fast._core.question_kinds.KINDS`):
+    #: what saved question sets and fingerprints hold; :attr:`kind_spec` is the kind itself
+    kind: str
     instructions: str
     labels: tuple[str, ...]
     descriptions: tuple[str | None, ...]
@@ -97,55 +85,37 @@ class DecisionQuestion:
     legend: str = ""
 
     @classmethod
+    def of(cls, kind: str, name: str, instructions: Any, criteria: Any = None) -> DecisionQuestion:
+        """A question of the kind called ``kind``, from its instructions and its ``criteria``
+        as LangChain's question types give them (:meth:`QuestionKind.parts`)."""
+        spec = kind_named(kind)
+        return cls(name, spec.name, *spec.parts(name, instructions, criteria))
+
+    @classmethod
     def noul(cls, name: str, instructions: Any, true: Any = None, false: Any = None) -> DecisionQuestion:
         """A yes/no question; ``true`` and ``false`` describe what counts as each."""
-        where = f"question {name!r}"
-        return cls(
-            name,
-            "noul",
-            content_text(instructions, f"{where} instructions"),
-            NOUL_LABELS,
-            (optional_text(true, f"{where} criteria.true"), optional_text(false, f"{where} criteria.false")),
-        )
+        return cls.of("noul", name, instructions, {"true": true, "false": false})
 
     @classmethod
     def choice(cls, name: str, instructions: Any, criteria: Mapping[str, Any]) -> DecisionQuestion:
         """One label of ``criteria`` (label -> description)."""
-        where = f"question {name!r}"
-        labels = tuple(criteria)
-        if not labels:
-            raise InvalidInputError(f"{where}: a choice needs at least one label")
-        for label in labels:
-            if not isinstance(label, str) or not label.strip() or label != label.strip():
-                raise InvalidInputError(f"{where}: label {label!r} must be non-empty text without surrounding spaces")
-        descriptions = tuple(optional_text(criteria[x], f"{where} criteria[{x!r}]") for x in labels)
-        return cls(name, "choice", content_text(instructions, f"{where} instructions"), labels, descriptions)
+        return cls.of("choice", name, instructions, criteria)
 
     @classmethod
     def score(cls, name: str, instructions: Any, levels: Sequence[Any]) -> DecisionQuestion:
         """A level ``0`` .. ``n-1`` of ``levels`` (their descriptions, in order; two at least)."""
-        where = f"question {name!r}"
-        if len(levels) < 2:
-            raise InvalidInputError(f"{where}: a score needs at least two levels, got {len(levels)}")
-        described = tuple(optional_text(level, f"{where} criteria[{i}]") for i, level in enumerate(levels))
-        labels = tuple(str(i) for i in range(len(levels)))
-        legend = json.dumps(_json_value(list(levels), f"{where} criteria"), ensure_ascii=False)
-        return cls(name, "score", content_text(instructions, f"{where} instructions"), labels, described, legend)
+        return cls.of("score", name, instructions, levels)
+
+    @property
+    def kind_spec(self) -> QuestionKind:
+        """The question's kind: how it is asked, answered and written."""
+        return KINDS[self.kind]
 
     def render(self, number: int) -> str:
         """This question in the prompt's head, as question ``number``."""
-        lines = [f"Question {number}: {neutralize_control_tokens(self.instructions)}"]
-        if self.kind == "noul":
-            lines.append("Answer yes or no.")
-        elif self.kind == "score":
-            lines.append(f"Answer with a level from 0 to {len(self.labels) - 1}:")
-        else:
-            lines.append("Answer with one of: " + ", ".join(map(neutralize_control_tokens, self.labels)) + ".")
-        for label, description in zip(self.labels, self.descriptions, strict=True):
-            if description is not None or self.kind == "score":
-                text = neutralize_control_tokens(description or "")
-                lines.append(f"- {neutralize_control_tokens(label)}: {text}".rstrip())
-        return "\n".join(lines)
+        spec = self.kind_spec
+        lines = [f"Question {number}: {neutralize_control_tokens(self.instructions)}", spec.answer_line(self)]
+        return "\n".join([*lines, *spec.legend_lines(self)])
 
 
 @dataclass(frozen=True)
@@ -249,13 +219,9 @@ class Answered:
     @property
     def confidence(self) -> float:
         """See the module docstring: the chosen label's probability for a choice, one less
-        the relative spread of the levels for a score."""
-        if self.question.kind != "score":
-            return max(self.probabilities)
-        mean = self.score
-        spread = math.sqrt(max(0.0, sum(p * (i - mean) ** 2 for i, p in enumerate(self.probabilities))))
-        widest = (len(self.probabilities) - 1) / 2
-        return min(1.0, max(0.0, 1.0 - spread / widest))
+        the relative spread of the levels for a score (the kind's
+        :meth:`~langchain_qwen_fast._core.question_kinds.QuestionKind.confidence`)."""
+        return self.question.kind_spec.confidence(self.probabilities)
 
 
 @dataclass(frozen=True)
@@ -347,53 +313,13 @@ def render_state(state: Any) -> str:
         if all(isinstance(item, Turn) for item in state):
             return "\n".join(_turn_line(turn) for turn in state)
     if isinstance(state, (Mapping, Sequence)) and not isinstance(state, (bytes, bytearray)):
-        return json.dumps(_json_value(state, "state"), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        return json.dumps(json_value(state, "state"), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     kind = "None" if state is None else type(state).__name__
     raise InvalidInputError(f"state must be text, messages, or a JSON object or array, got {kind}")
 
 
 def _turn_line(turn: Turn) -> str:
     return f"{turn.role}: {turn.text}"
-
-
-def _json_value(value: Any, where: str) -> Any:
-    """``value`` as plain JSON (turns as objects), or :class:`InvalidInputError` naming
-    ``where`` the first value JSON cannot carry is."""
-    if isinstance(value, Turn):
-        return {"role": value.role, "content": value.text}
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidInputError(f"{where} is {value}, which JSON cannot carry")
-        return value
-    if isinstance(value, Mapping):
-        if media_type(value):
-            raise InvalidInputError(f"{where} is a {value['type']!r} block: this model reads text only")
-        for key in value:
-            if not isinstance(key, str):
-                raise InvalidInputError(f"{where} has a key {key!r} that is not text")
-        return {key: _json_value(item, f"{where}[{key!r}]") for key, item in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
-        return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    raise InvalidInputError(f"{where} is a {type(value).__name__}, which JSON cannot carry")
-
-
-def content_text(content: Any, where: str) -> str:
-    """Question content (text, or a JSON object or array) as prompt text; media blocks and
-    empty text are refused, naming ``where``."""
-    if isinstance(content, str):
-        if not content.strip():
-            raise InvalidInputError(f"{where} is empty")
-        return content
-    if isinstance(content, (Mapping, Sequence)) and not isinstance(content, (bytes, bytearray)):
-        return json.dumps(_json_value(content, where), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    raise InvalidInputError(f"{where} must be text or JSON, got {type(content).__name__}")
-
-
-def optional_text(content: Any, where: str) -> str | None:
-    """:func:`content_text`, with None (no description) kept."""
-    return None if content is None else content_text(content, where)
 
 
 __all__ = [

@@ -20,16 +20,10 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any, cast
 
+# the probability columns' naming is the question kinds' too: one rule for both kinds of job
+from langchain_qwen_fast._core.question_kinds.base import probability_column
 from langchain_qwen_fast.classification import Classification
 from langchain_qwen_fast.errors import CarriedError
-
-#: The prefix of each label's probability column.
-PROBABILITY_PREFIX = "p_"
-
-
-def probability_column(label: str) -> str:
-    """The column holding ``label``'s probability."""
-    return f"{PROBABILITY_PREFIX}{label}"
 
 
 def added_columns(labels: Sequence[str], multi_label: bool) -> list[str]:

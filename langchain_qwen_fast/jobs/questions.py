@@ -43,11 +43,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from langchain_qwen_fast._core.deciding import DecisionRequest
-from langchain_qwen_fast._core.decisions import Answered, DecisionOutcome, QuestionSet, TokenUsage, render_state
+from langchain_qwen_fast._core.decisions import (
+    Answered,
+    DecisionOutcome,
+    DecisionQuestion,
+    QuestionSet,
+    TokenUsage,
+    render_state,
+)
 from langchain_qwen_fast._core.fingerprints import answer_settings
+from langchain_qwen_fast._core.question_kinds.base import CONFIDENCE
 from langchain_qwen_fast._core.settings import Rules
 from langchain_qwen_fast.errors import ConfigurationError, InvalidInputError, RecordedError
-from langchain_qwen_fast.jobs.columns import error_text, probability_column
+from langchain_qwen_fast.jobs.columns import error_text
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.engine import DecisionModelLike
@@ -55,8 +63,6 @@ if TYPE_CHECKING:
 #: What a job's questions may be given as: a questions file's path, the mapping of answer ids
 #: to questions (LangChain's question objects or their dict form), or the engine's set.
 GivenQuestions = str | Mapping[str, Any] | QuestionSet
-#: The suffix of a choice's and a score's confidence column.
-CONFIDENCE = "confidence"
 #: The column of a row's error, as a classifier's job names it.
 ERROR = "error"
 
@@ -114,14 +120,8 @@ def checked(questions: QuestionSet, where: str) -> QuestionSet:
     return questions
 
 
-def _own_columns(question: Any) -> list[str]:
-    if question.kind == "noul":
-        return [question.name]
-    return [
-        question.name,
-        f"{question.name}.{CONFIDENCE}",
-        *(f"{question.name}.{probability_column(label)}" for label in question.labels),
-    ]
+def _own_columns(question: DecisionQuestion) -> list[str]:
+    return question.kind_spec.columns(question)
 
 
 def question_columns(questions: QuestionSet) -> list[str]:
@@ -131,7 +131,7 @@ def question_columns(questions: QuestionSet) -> list[str]:
 
 def text_columns(questions: QuestionSet) -> frozenset[str]:
     """The added columns that hold text: each choice's label, and the error."""
-    return frozenset([*(q.name for q in questions.questions if q.kind == "choice"), ERROR])
+    return frozenset([*(q.name for q in questions.questions if q.kind_spec.chooses_label), ERROR])
 
 
 def answer_columns(result: DecisionOutcome | BaseException, questions: QuestionSet) -> dict[str, Any]:
@@ -142,17 +142,7 @@ def answer_columns(result: DecisionOutcome | BaseException, questions: QuestionS
         return row
     row = {}
     for answered in result.answers:
-        question = answered.question
-        if question.kind == "noul":
-            row[question.name] = answered.yes
-            continue
-        if question.kind == "choice":
-            row[question.name] = None if answered.refused else answered.choice
-        else:
-            row[question.name] = answered.score
-        row[f"{question.name}.{CONFIDENCE}"] = answered.confidence
-        for label, probability in zip(question.labels, answered.probabilities, strict=True):
-            row[f"{question.name}.{probability_column(label)}"] = probability
+        row.update(answered.question.kind_spec.row(answered))
     row[ERROR] = None
     return row
 
@@ -163,13 +153,8 @@ def outcome_of(row: Mapping[str, Any], questions: QuestionSet) -> DecisionOutcom
         return RecordedError(str(row[ERROR]))
     answers = []
     for question in questions.questions:
-        if question.kind == "noul":
-            yes = float(row.get(question.name) or 0.0)
-            answers.append(Answered(question, (yes, 1.0 - yes)))
-            continue
-        cells = [row.get(f"{question.name}.{probability_column(label)}") for label in question.labels]
-        refused = question.kind == "choice" and row.get(question.name) in (None, "")
-        answers.append(Answered(question, tuple(float(p or 0.0) for p in cells), refused))
+        probabilities, refused = question.kind_spec.read_row(question, row)
+        answers.append(Answered(question, probabilities, refused))
     return DecisionOutcome(tuple(answers), TokenUsage())
 
 

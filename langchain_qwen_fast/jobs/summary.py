@@ -130,14 +130,15 @@ class Counts:
         self.abstained += any(answered.refused for answered in outcome.answers)
         for answered in outcome.answers:
             question = answered.question
-            if question.kind == "noul":
-                continue
-            if question.kind == "choice":
-                chosen = NO_LABEL if answered.refused else answered.choice
+            kind = question.kind_spec
+            if kind.chooses_label:
+                value = kind.value(answered)
+                chosen = NO_LABEL if value is None else str(value)
                 labels = self.answer_counts.setdefault(question.name, {})
                 labels[chosen] = labels.get(chosen, 0) + 1
-            bins = self.histogram.setdefault(question.name, [0] * BINS)
-            bins[min(int(answered.confidence * BINS), BINS - 1)] += 1
+            if kind.has_confidence:
+                bins = self.histogram.setdefault(question.name, [0] * BINS)
+                bins[min(int(answered.confidence * BINS), BINS - 1)] += 1
 
     def merge(self, other: Counts) -> None:
         """Add ``other``'s counts to these."""

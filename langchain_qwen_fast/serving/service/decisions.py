@@ -52,6 +52,8 @@ from langchain_qwen_fast._core.decisions import (
     Turn,
     render_state,
 )
+from langchain_qwen_fast._core.question_kinds import wire_kind
+from langchain_qwen_fast._core.question_kinds.choice import choice_labels
 from langchain_qwen_fast.errors import ConfigurationError, DeadlineExceeded, InvalidInputError, Overloaded
 from langchain_qwen_fast.serving.service.answers import (
     HTTPAnswer,
@@ -73,8 +75,6 @@ if TYPE_CHECKING:
 
 #: The route's path.
 DECISIONS_PATH = "/v1/decisions"
-#: The wire's question types, as the engine asks them.
-_KINDS = {"predicate": "noul", "choice": "choice", "score": "score"}
 #: The media part types, named when refused (the engine's, with OpenAI's file and audio parts).
 _MEDIA = MEDIA_TYPES | {"input_file", "input_audio"}
 
@@ -156,60 +156,17 @@ def _inner_name(index: int, given: set[str]) -> str:
 
 def _question(question: Any, name: str, where: str, options: ServiceOptions) -> tuple[DecisionQuestion, WireQuestion]:
     instructions = instructions_text(question.instructions)
-    kind = _KINDS[question.type]
-    if kind == "noul":
-        return DecisionQuestion.noul(name, instructions), WireQuestion(question.name, question.type)
-    answers = question.choices if kind == "choice" else question.levels
+    kind = wire_kind(question.type)
+    field = kind.wire_answers_field
+    answers = getattr(question, field) if field is not None else ()
     if len(answers) > options.max_choices:
-        what = "choices" if kind == "choice" else "levels"
         raise InvalidInputError(
-            f"{where}.{what}: {len(answers)} {what}, over the service's limit of {options.max_choices} (max_choices)"
+            f"{where}.{field}: {len(answers)} {field}, over the service's limit of {options.max_choices} (max_choices)"
         )
-    if kind == "score":
-        levels = [_level_text(level.label, level.description) for level in answers]
-        labels = tuple(level.label for level in answers)
-        return DecisionQuestion.score(name, instructions, levels), WireQuestion(question.name, question.type, labels)
-    values = tuple(choice.value for choice in answers)
-    _check_values(values, where)
-    criteria = dict(zip(choice_labels(values), (_described(c.description) for c in answers), strict=True))
-    return DecisionQuestion.choice(name, instructions, criteria), WireQuestion(question.name, question.type, values)
-
-
-def _check_values(values: Sequence[str | bool], where: str) -> None:
-    seen: dict[tuple[bool, str | bool], int] = {}
-    for j, value in enumerate(values):
-        key = (isinstance(value, bool), value)  # typed: the string "true" is not the boolean true
-        if key in seen:
-            raise InvalidInputError(
-                f"{where}.choices[{j}].value {value!r} is choices[{seen[key]}]'s too: "
-                "a question's choice values must be distinct"
-            )
-        seen[key] = j
-
-
-def choice_labels(values: Sequence[str | bool]) -> tuple[str, ...]:
-    """A choice's labels for its (distinct, typed) values: a boolean as ``true``/``false``,
-    text stripped; unless two would read alike or one is blank, when every value is its JSON
-    (``"true"`` and ``true``), which is distinct for distinct values and never blank."""
-    plain = [("true" if value else "false") if isinstance(value, bool) else value.strip() for value in values]
-    if all(plain) and len(set(plain)) == len(plain):
-        return tuple(plain)
-    return tuple(json.dumps(value, ensure_ascii=False) for value in values)
-
-
-def _described(description: str | None) -> str | None:
-    """A description, or None for none (a blank one says nothing)."""
-    return description if description is not None and description.strip() else None
-
-
-def _level_text(label: str, description: str | None) -> str | None:
-    """A score level as the prompt describes it: ``label: description``, either alone, or
-    nothing when both are blank. A lone label is kept as given: langchain-openai sends a
-    ``Score``'s criteria as the labels, which the LangChain decision model reads as they are."""
-    described = _described(description)
-    if not label.strip():
-        return described
-    return label if described is None else f"{label}: {described}"
+    criteria, values = kind.wire_definition(answers, where)
+    return DecisionQuestion.of(kind.name, name, instructions, criteria), WireQuestion(
+        question.name, question.type, values
+    )
 
 
 def instructions_text(instructions: str | Sequence[Any]) -> str:
@@ -310,29 +267,7 @@ def answer_body(call: DecisionCall, outcome: DecisionOutcome, model: str) -> dic
 def _answer(wire: WireQuestion, answered: Answered) -> dict[str, Any]:
     if answered.refused:
         return {"type": "refusal", "name": wire.name}
-    if wire.type == "predicate":
-        return {"type": "predicate", "name": wire.name, "probability": _probability(answered.yes)}
-    probabilities = [_probability(p) for p in answered.probabilities]
-    if wire.type == "choice":
-        chosen = answered.question.labels.index(answered.choice)
-        return {
-            "type": "choice",
-            "name": wire.name,
-            "choice": wire.values[chosen],
-            "confidence": _probability(answered.confidence),
-            "probabilities": [{"value": v, "probability": p} for v, p in zip(wire.values, probabilities, strict=True)],
-        }
-    levels = [
-        {"value": i, "label": label, "probability": p}
-        for i, (label, p) in enumerate(zip(wire.values, probabilities, strict=True))
-    ]
-    return {
-        "type": "score",
-        "name": wire.name,
-        "score": min(float(len(levels) - 1), max(0.0, answered.score)),
-        "confidence": _probability(answered.confidence),
-        "probabilities": levels,
-    }
+    return {"type": wire.type, "name": wire.name, **answered.question.kind_spec.wire_answer(answered, wire.values)}
 
 
 def usage_body(usage: TokenUsage) -> dict[str, Any]:
@@ -345,11 +280,6 @@ def usage_body(usage: TokenUsage) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.prompt + usage.output,
     }
-
-
-def _probability(value: float) -> float:
-    """A probability kept within 0..1 (float sums can land a hair outside)."""
-    return min(1.0, max(0.0, value))
 
 
 def request_error(exc: Exception, call: DecisionCall) -> Exception:
