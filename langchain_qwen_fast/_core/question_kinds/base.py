@@ -14,12 +14,47 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from langchain_qwen_fast._core.prompting import neutralize_control_tokens
 
-if TYPE_CHECKING:
-    from langchain_qwen_fast._core.decisions import Answered, DecisionQuestion
+
+class AskedQuestion(Protocol):
+    """What a kind reads of a question (``decisions.DecisionQuestion`` is one), declared here so
+    that the kinds need not import the module that registers them."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def instructions(self) -> str: ...
+    @property
+    def labels(self) -> tuple[str, ...]: ...
+    @property
+    def descriptions(self) -> tuple[str | None, ...]: ...
+    @property
+    def legend(self) -> str: ...
+
+
+class AnsweredQuestion(Protocol):
+    """What a kind reads of an answer (``decisions.Answered`` is one)."""
+
+    @property
+    def question(self) -> AskedQuestion: ...
+    @property
+    def probabilities(self) -> tuple[float, ...]: ...
+    @property
+    def refused(self) -> bool: ...
+    @property
+    def by_label(self) -> dict[str, float]: ...
+    @property
+    def yes(self) -> float: ...
+    @property
+    def choice(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def confidence(self) -> float: ...
+
 
 #: The suffix of a question's confidence column (``Q.confidence``).
 CONFIDENCE = "confidence"
@@ -81,10 +116,10 @@ class QuestionKind(ABC):
 
     # -- the prompt ---------------------------------------------------------------------------
     @abstractmethod
-    def answer_line(self, question: DecisionQuestion) -> str:
+    def answer_line(self, question: AskedQuestion) -> str:
         """The line after the question's instructions saying how to answer it."""
 
-    def legend_lines(self, question: DecisionQuestion) -> list[str]:
+    def legend_lines(self, question: AskedQuestion) -> list[str]:
         """The lines describing its answers: one per described label."""
         return [
             legend_line(label, description)
@@ -98,20 +133,20 @@ class QuestionKind(ABC):
         return max(probabilities)
 
     @abstractmethod
-    def value(self, answered: Answered) -> Any:
+    def value(self, answered: AnsweredQuestion) -> Any:
         """The answer itself, as its own column holds it (None: refused)."""
 
     @abstractmethod
-    def plain_answer(self, answered: Answered) -> dict[str, Any]:
+    def plain_answer(self, answered: AnsweredQuestion) -> dict[str, Any]:
         """The answer as LangChain's answer type of this kind takes it, less its ``type``."""
 
     @abstractmethod
-    def wire_answer(self, answered: Answered, values: Sequence[str | bool]) -> dict[str, Any]:
+    def wire_answer(self, answered: AnsweredQuestion, values: Sequence[str | bool]) -> dict[str, Any]:
         """The answer on the wire, less its ``type`` and ``name``; ``values`` are the wire's
         (:meth:`wire_definition`)."""
 
     # -- the job's columns --------------------------------------------------------------------
-    def columns(self, question: DecisionQuestion) -> list[str]:
+    def columns(self, question: AskedQuestion) -> list[str]:
         """The columns a questions job adds for the question, in order."""
         if not self.has_confidence:
             return [question.name]
@@ -121,7 +156,7 @@ class QuestionKind(ABC):
             *(f"{question.name}.{probability_column(label)}" for label in question.labels),
         ]
 
-    def row(self, answered: Answered) -> dict[str, Any]:
+    def row(self, answered: AnsweredQuestion) -> dict[str, Any]:
         """The question's columns of one row, from its answer."""
         name = answered.question.name
         row = {name: self.value(answered)}
@@ -131,7 +166,7 @@ class QuestionKind(ABC):
                 row[f"{name}.{probability_column(label)}"] = probability
         return row
 
-    def read_row(self, question: DecisionQuestion, row: Mapping[str, Any]) -> tuple[tuple[float, ...], bool]:
+    def read_row(self, question: AskedQuestion, row: Mapping[str, Any]) -> tuple[tuple[float, ...], bool]:
         """A written row's probabilities for the question and whether it was refused."""
         cells = [row.get(f"{question.name}.{probability_column(label)}") for label in question.labels]
         refused = self.chooses_label and row.get(question.name) in (None, "")

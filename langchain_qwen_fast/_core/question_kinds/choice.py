@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_qwen_fast._core.content import content_text, optional_text
 from langchain_qwen_fast._core.prompting import neutralize_control_tokens
-from langchain_qwen_fast._core.question_kinds.base import QuestionKind, QuestionParts, WireDefinition, clamped
+from langchain_qwen_fast._core.question_kinds.base import (
+    AnsweredQuestion,
+    AskedQuestion,
+    QuestionKind,
+    QuestionParts,
+    WireDefinition,
+    clamped,
+)
 from langchain_qwen_fast.errors import InvalidInputError
-
-if TYPE_CHECKING:
-    from langchain_qwen_fast._core.decisions import Answered, DecisionQuestion
 
 
 class Choice(QuestionKind):
@@ -42,20 +46,20 @@ class Choice(QuestionKind):
         criteria = dict(zip(choice_labels(values), (described(c.description) for c in answers), strict=True))
         return WireDefinition(criteria, values)
 
-    def answer_line(self, question: DecisionQuestion) -> str:
+    def answer_line(self, question: AskedQuestion) -> str:
         return "Answer with one of: " + ", ".join(map(neutralize_control_tokens, question.labels)) + "."
 
-    def value(self, answered: Answered) -> str | None:
+    def value(self, answered: AnsweredQuestion) -> str | None:
         return None if answered.refused else answered.choice
 
-    def plain_answer(self, answered: Answered) -> dict[str, Any]:
+    def plain_answer(self, answered: AnsweredQuestion) -> dict[str, Any]:
         return {
             "choice": answered.choice,
             "probabilities": answered.by_label,
             "confidence": clamped(answered.confidence),
         }
 
-    def wire_answer(self, answered: Answered, values: Sequence[str | bool]) -> dict[str, Any]:
+    def wire_answer(self, answered: AnsweredQuestion, values: Sequence[str | bool]) -> dict[str, Any]:
         probabilities = [clamped(p) for p in answered.probabilities]
         chosen = answered.question.labels.index(answered.choice)
         return {

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_qwen_fast._core.content import content_text, optional_text
-from langchain_qwen_fast._core.question_kinds.base import QuestionKind, QuestionParts, clamped
-
-if TYPE_CHECKING:
-    from langchain_qwen_fast._core.decisions import Answered, DecisionQuestion
+from langchain_qwen_fast._core.question_kinds.base import (
+    AnsweredQuestion,
+    AskedQuestion,
+    QuestionKind,
+    QuestionParts,
+    clamped,
+)
 
 #: A ``noul``'s answers: the probability of the first is the answer.
 NOUL_LABELS = ("yes", "no")
@@ -36,19 +39,19 @@ class Noul(QuestionKind):
             ),
         )
 
-    def answer_line(self, question: DecisionQuestion) -> str:
+    def answer_line(self, question: AskedQuestion) -> str:
         return "Answer yes or no."
 
-    def value(self, answered: Answered) -> float:
+    def value(self, answered: AnsweredQuestion) -> float:
         return answered.yes
 
-    def plain_answer(self, answered: Answered) -> dict[str, Any]:
+    def plain_answer(self, answered: AnsweredQuestion) -> dict[str, Any]:
         return {"noul": clamped(answered.yes)}
 
-    def wire_answer(self, answered: Answered, values: Sequence[str | bool]) -> dict[str, Any]:
+    def wire_answer(self, answered: AnsweredQuestion, values: Sequence[str | bool]) -> dict[str, Any]:
         return {"probability": clamped(answered.yes)}
 
-    def read_row(self, question: DecisionQuestion, row: Mapping[str, Any]) -> tuple[tuple[float, ...], bool]:
+    def read_row(self, question: AskedQuestion, row: Mapping[str, Any]) -> tuple[tuple[float, ...], bool]:
         yes = float(row.get(question.name) or 0.0)
         return (yes, 1.0 - yes), False
 

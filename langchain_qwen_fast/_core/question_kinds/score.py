@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_qwen_fast._core.content import content_text, json_value, optional_text
 from langchain_qwen_fast._core.question_kinds.base import (
+    AnsweredQuestion,
+    AskedQuestion,
     QuestionKind,
     QuestionParts,
     WireDefinition,
@@ -17,9 +19,6 @@ from langchain_qwen_fast._core.question_kinds.base import (
 )
 from langchain_qwen_fast._core.question_kinds.choice import described
 from langchain_qwen_fast.errors import InvalidInputError
-
-if TYPE_CHECKING:
-    from langchain_qwen_fast._core.decisions import Answered, DecisionQuestion
 
 
 class Score(QuestionKind):
@@ -45,10 +44,10 @@ class Score(QuestionKind):
         levels = [_level_text(level.label, level.description) for level in answers]
         return WireDefinition(levels, tuple(level.label for level in answers))
 
-    def answer_line(self, question: DecisionQuestion) -> str:
+    def answer_line(self, question: AskedQuestion) -> str:
         return f"Answer with a level from 0 to {len(question.labels) - 1}:"
 
-    def legend_lines(self, question: DecisionQuestion) -> list[str]:
+    def legend_lines(self, question: AskedQuestion) -> list[str]:
         """Every level, described or not: the levels are the answers."""
         return [legend_line(label, d) for label, d in zip(question.labels, question.descriptions, strict=True)]
 
@@ -58,10 +57,10 @@ class Score(QuestionKind):
         widest = (len(probabilities) - 1) / 2
         return min(1.0, max(0.0, 1.0 - spread / widest))
 
-    def value(self, answered: Answered) -> float:
+    def value(self, answered: AnsweredQuestion) -> float:
         return answered.score
 
-    def plain_answer(self, answered: Answered) -> dict[str, Any]:
+    def plain_answer(self, answered: AnsweredQuestion) -> dict[str, Any]:
         return {
             "score": answered.score,
             "legend": dict(enumerate(json.loads(answered.question.legend))),
@@ -69,7 +68,7 @@ class Score(QuestionKind):
             "confidence": clamped(answered.confidence),
         }
 
-    def wire_answer(self, answered: Answered, values: Sequence[str | bool]) -> dict[str, Any]:
+    def wire_answer(self, answered: AnsweredQuestion, values: Sequence[str | bool]) -> dict[str, Any]:
         probabilities = [clamped(p) for p in answered.probabilities]
         levels = [
             {"value": i, "label": label, "probability": p}
