@@ -68,6 +68,18 @@ def freeze_start_up() -> None:
     gc.freeze()
 
 
+def resume_after_fork() -> None:
+    """In a forked child the caller owns, end a pause inherited from the parent: the thread that
+    held it is not in the child, so nothing would end it, and the child would never collect
+    cyclic garbage. Automatic collection comes back as the pause found it; without a pause
+    held at the fork, nothing changes."""
+    global _holders
+    with _lock:
+        if _holders and gc.get_threshold() == _set:
+            gc.set_threshold(*_found)
+        _holders = 0
+
+
 def freeze_after_fork() -> None:
     """In a forked child the caller owns, move what it shares with its parent out of the
     collector's sight, with no collection first: a collection writes to every object it walks,
@@ -91,4 +103,4 @@ class ForeignFreeze:
             gc.unfreeze()
 
 
-__all__ = ["ForeignFreeze", "collector_paused", "freeze_after_fork", "freeze_start_up"]
+__all__ = ["ForeignFreeze", "collector_paused", "freeze_after_fork", "freeze_start_up", "resume_after_fork"]

@@ -55,7 +55,7 @@ from langchain_qwen_fast.errors import CarriedError, DataFileError
 from langchain_qwen_fast.jobs.columns import ClassifiedColumns, ClassifiedRow, error_text
 from langchain_qwen_fast.jobs.summary import error_kind
 from langchain_qwen_fast.jobs.tables import InputRow
-from langchain_qwen_fast.process import freeze_after_fork
+from langchain_qwen_fast.process import freeze_after_fork, resume_after_fork
 
 if TYPE_CHECKING:
     from langchain_qwen_fast.jobs.answerers import Result
@@ -385,6 +385,8 @@ def _serve(side: TableSide, inbox: Connection, outbox: Connection) -> int:
         os.nice(TABLE_PROCESS_NICENESS)
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
+    # forked while the command's pause is held: this process collects as the application set it
+    resume_after_fork()
     freeze_after_fork()  # what the job's process holds is no garbage of this one
     # The requests are taken in a thread of their own, so that the job's next request is read
     # while a reply is sent: read only between replies, a reply and a request each larger than

@@ -5,13 +5,14 @@ collector on or off, its thresholds) never undone; and freezes that release only
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from langchain_qwen_fast.process import ForeignFreeze, collector_paused
+from langchain_qwen_fast.process import ForeignFreeze, collector_paused, resume_after_fork
 
 
 @pytest.fixture(autouse=True)
@@ -141,3 +142,25 @@ def test_a_foreign_freeze_is_undone_only_where_nothing_was_frozen_before() -> No
         assert gc.get_freeze_count() >= hosts > 0
     finally:
         gc.freeze()
+
+
+def test_a_child_forked_inside_a_pause_collects_again_once_it_resumes() -> None:
+    found = gc.get_threshold()
+    read, write = os.pipe()
+    with collector_paused():
+        pid = os.fork()
+        if pid == 0:  # the child: the thread that holds the pause is not here
+            try:
+                paused = gc.get_threshold()[0] == 0
+                resume_after_fork()
+                os.write(
+                    write, f"{int(paused)} {int(gc.get_threshold() == found)} {collections_while(cycles)}".encode()
+                )
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+    os.close(write)
+    inherited, restored, collections = (int(x) for x in os.read(read, 100).split())
+    os.close(read)
+    assert inherited and restored and collections > 0
+    assert gc.get_threshold() == found
